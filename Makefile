@@ -1,0 +1,109 @@
+# Chorus build. `make` builds the libraries and tools; `make test` runs every test;
+# `make bench` runs chorus-bench allreduce on 4 local ranks. BUILD=dir builds elsewhere
+# (several builds can share one tree); SAN=1 builds with ASan+UBSan (`make asan`).
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+CC      ?= cc
+OPT     ?= -O2
+SAN     ?=
+
+
+CPPFLAGS += -Iinclude -Ilib -Ikernels -D_GNU_SOURCE
+CFLAGS   += -std=c11 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -Wshadow \
+            -Wstrict-prototypes -Wmissing-prototypes -fno-strict-aliasing
+LDLIBS   += -lcrypto -lpthread -lm -lrt
+ifeq ($(SAN),1)
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+endif
+
+LIB_SRCS  := $(sort $(wildcard kernels/*.c lib/*/*.c lib/transport/*/*.c))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+TOOL_NAMES:= chorusrun
+BENCH_NAMES := chorus-bench
+UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+MP_SRCS   := $(sort $(wildcard tests/mp/*.c))
+MP_BINS   := $(MP_SRCS:tests/mp/%.c=$(BUILD)/tests/mp_%)
+EX_SRCS   := $(sort $(wildcard examples/*.c))
+EX_BINS   := $(EX_SRCS:examples/%.c=$(BUILD)/examples/%)
+
+STATIC_LIB := $(BUILD)/lib/libchorus.a
+SHARED_LIB := $(BUILD)/lib/libchorus.so
+BINS := $(TOOL_NAMES:%=$(BUILD)/bin/%) $(BENCH_NAMES:%=$(BUILD)/bin/%)
+
+.PHONY: all deps test unit-test mp-test bench asan valgrind install clean format
+all: $(STATIC_LIB) $(SHARED_LIB) $(BINS) $(EX_BINS) $(BUILD)/lib/pkgconfig/chorus.pc
+
+deps:
+	@sh tools/install-deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(STATIC_LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SHARED_LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libchorus.so.0 -o $@ $^ $(LDLIBS)
+
+$(BUILD)/lib/pkgconfig/chorus.pc: tools/chorus.pc.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' $< > $@
+
+# Each tool is the .c files of its folder, linked statically against libchorus.
+$(BUILD)/bin/chorusrun: $(wildcard tools/chorusrun/*.c) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
+
+$(BUILD)/bin/chorus-bench: $(wildcard bench/chorus-bench/*.c) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
+
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(STATIC_LIB) $(wildcard tests/unit/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) -lcmocka $(LDLIBS)
+
+$(BUILD)/tests/mp_%: tests/mp/%.c $(STATIC_LIB) $(wildcard tests/mp/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LDLIBS)
+
+test: deps all $(UNIT_BINS) $(MP_BINS)
+	@BUILD=$(BUILD) sh tests/run_tests.sh
+
+unit-test: all $(UNIT_BINS)
+	@BUILD=$(BUILD) sh tests/run_tests.sh unit
+
+bench: deps all
+	$(BUILD)/bin/chorusrun -n 4 -- $(BUILD)/bin/chorus-bench allreduce -b 8 -e 64M -f 4 -c 1
+
+asan:
+	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 test
+
+valgrind: all $(BUILD)/tests/mp_coll_matrix
+	@BUILD=$(BUILD) sh tests/valgrind.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/chorus.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/libchorus.so.0
+	ln -sf libchorus.so.0 $(DESTDIR)$(PREFIX)/lib/libchorus.so
+	install -m 644 $(BUILD)/lib/pkgconfig/chorus.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+
+clean:
+	rm -rf build build-*
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+-include $(LIB_OBJS:.o=.d)

@@ -1,0 +1,206 @@
+/*
+ * Chorus: collective communication for distributed training.
+ *
+ * This is the whole public API. Every function returns a chorus_status_t; on an error,
+ * chorus_last_error() returns a message for the calling thread that names the rank, the
+ * peer and the operation. Nothing in the library prints unless CHORUS_DEBUG asks for it,
+ * and nothing calls abort() or exit().
+ *
+ * Buffers are host memory. The `stream` argument of each collective is a cudaStream_t
+ * passed as void *; with host buffers it must be NULL and the call blocks until the
+ * operation is complete on this rank (its buffers may be reused on return).
+ *
+ * Thread safety: the functions on one communicator must be called from one thread at a
+ * time, except chorus_comm_abort() and chorus_comm_get_async_error(), which may be called
+ * from any thread at any time. Different communicators are independent.
+ */
+#ifndef CHORUS_H
+#define CHORUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHORUS_VERSION_MAJOR 0
+#define CHORUS_VERSION_MINOR 1
+#define CHORUS_VERSION_PATCH 0
+#define CHORUS_VERSION_CODE \
+    (CHORUS_VERSION_MAJOR * 10000 + CHORUS_VERSION_MINOR * 100 + CHORUS_VERSION_PATCH)
+
+/* Status codes. Success is 0; errors are negative and distinct. */
+typedef enum {
+    CHORUS_SUCCESS = 0,
+    CHORUS_ERR_INVALID_ARGUMENT = -1, /* a caller passed something the API does not accept */
+    CHORUS_ERR_SYSTEM = -2,           /* a system call failed (errno is in the message) */
+    CHORUS_ERR_REMOTE = -3,           /* a peer failed, closed its connection or sent garbage */
+    CHORUS_ERR_TIMEOUT = -4,          /* a wait passed its deadline (CHORUS_TIMEOUT) */
+    CHORUS_ERR_MISMATCH = -5,         /* ranks called different collectives or arguments */
+    CHORUS_ERR_ABORTED = -6,          /* the communicator was aborted */
+    CHORUS_ERR_UNSUPPORTED = -7,      /* valid, but not supported by this build or transport */
+    CHORUS_ERR_AUTH = -8,             /* a peer failed to prove the job's secret */
+    CHORUS_ERR_NO_MEMORY = -9,        /* an allocation failed */
+    CHORUS_ERR_INTERNAL = -10,        /* a bug in Chorus: please report it */
+} chorus_status_t;
+
+/* A static, human-readable name for a status ("invalid argument"). Never NULL. */
+const char *chorus_status_string(chorus_status_t status);
+
+/* The detail message of the last error on the calling thread, e.g.
+ * "rank 3: allreduce #812: peer 5 closed the connection". Empty string if none.
+ * The pointer stays valid until the next Chorus call on this thread. */
+const char *chorus_last_error(void);
+
+/* Version of the library actually loaded, as CHORUS_VERSION_CODE. */
+int chorus_version(void);
+
+/* ---- Datatypes and reduction operations ---- */
+
+typedef enum {
+    CHORUS_INT8 = 0,
+    CHORUS_UINT8 = 1,
+    CHORUS_INT32 = 2,
+    CHORUS_UINT32 = 3,
+    CHORUS_INT64 = 4,
+    CHORUS_UINT64 = 5,
+    CHORUS_FLOAT16 = 6,  /* IEEE 754 binary16 */
+    CHORUS_BFLOAT16 = 7, /* bfloat16 */
+    CHORUS_FLOAT32 = 8,
+    CHORUS_FLOAT64 = 9,
+    CHORUS_NUM_DTYPES
+} chorus_dtype_t;
+
+/* AVG is SUM followed by one division by the number of ranks. For integer types the
+ * division truncates toward zero (C semantics). Integer SUM and PROD wrap modulo 2^bits.
+ * MIN and MAX propagate NaN. FLOAT16 and BFLOAT16 are reduced through float32 and
+ * rounded back to nearest-even after every operation. */
+typedef enum {
+    CHORUS_SUM = 0,
+    CHORUS_PROD = 1,
+    CHORUS_MIN = 2,
+    CHORUS_MAX = 3,
+    CHORUS_AVG = 4,
+    CHORUS_NUM_OPS
+} chorus_op_t;
+
+/* Size in bytes of one element, or 0 for an unknown datatype. */
+size_t chorus_dtype_size(chorus_dtype_t dtype);
+/* Short names: "int8", ..., "float32"; "sum", ..., "avg". NULL if unknown. */
+const char *chorus_dtype_name(chorus_dtype_t dtype);
+const char *chorus_op_name(chorus_op_t op);
+
+/* ---- Communicators ---- */
+
+/* Opaque, fixed size, safe to copy and to send to other processes by any means.
+ * It holds the root's address and a 128-bit secret: treat it like a password. */
+#define CHORUS_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[CHORUS_UNIQUE_ID_BYTES];
+} chorus_unique_id_t;
+
+typedef struct chorus_comm *chorus_comm_t;
+
+/* Creates a new unique id and starts the rendezvous service for it in this process (a
+ * background thread that ends once all ranks have met, or at the deadline). Call it on
+ * one process, then give the id to all ranks, which call chorus_comm_init. The root
+ * listens on the interface of CHORUS_SOCKET_IFNAME if set, else on the interface of the
+ * default route, else on loopback. */
+chorus_status_t chorus_get_unique_id(chorus_unique_id_t *id_p);
+
+/* Collective over nranks processes: joins rank `rank` to the communicator named by id.
+ * Blocks until every rank has joined and all connections are authenticated, or until
+ * CHORUS_TIMEOUT passes. On success *comm_p is set; on failure it is left untouched. */
+chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus_unique_id_t *id,
+                                 int rank);
+
+/* Like chorus_comm_init, but takes rank, size, rendezvous address and secret from the
+ * environment set by a launcher: CHORUS_RANK/CHORUS_WORLD_SIZE, else torchrun's
+ * RANK/WORLD_SIZE, else Open MPI's OMPI_COMM_WORLD_RANK/SIZE, else Slurm's
+ * SLURM_PROCID/SLURM_NTASKS, else PMI_RANK/PMI_SIZE. The root is CHORUS_ROOT=host:port,
+ * else MASTER_ADDR:MASTER_PORT; rank 0 serves the rendezvous there. The secret is
+ * CHORUS_SECRET, else the 0600 file CHORUS_SECRET_FILE (default ~/.chorus/secret,
+ * created when missing). */
+chorus_status_t chorus_comm_init_env(chorus_comm_t *comm_p);
+
+/* Rank of this process and number of ranks. */
+chorus_status_t chorus_comm_rank(chorus_comm_t comm, int *rank_p);
+chorus_status_t chorus_comm_size(chorus_comm_t comm, int *size_p);
+
+/* Collective over comm: ranks with the same color form a new communicator, ordered by
+ * key then by rank in comm. A rank passing CHORUS_SPLIT_NOCOLOR gets *newcomm_p = NULL. */
+#define CHORUS_SPLIT_NOCOLOR (-1)
+chorus_status_t chorus_comm_split(chorus_comm_t comm, int color, int key, chorus_comm_t *newcomm_p);
+
+/* Frees the communicator and everything it holds. Local: it does not wait for peers.
+ * Safe after an error or an abort. NULL is accepted and ignored. */
+chorus_status_t chorus_comm_destroy(chorus_comm_t comm);
+
+/* Marks the communicator as failed and unblocks every call waiting on it, which return
+ * CHORUS_ERR_ABORTED. May be called from any thread. The communicator must still be
+ * destroyed. */
+chorus_status_t chorus_comm_abort(chorus_comm_t comm);
+
+/* The first error seen on the communicator by any call or by background progress, or
+ * CHORUS_SUCCESS. May be called from any thread. */
+chorus_status_t chorus_comm_get_async_error(chorus_comm_t comm, chorus_status_t *async_error_p);
+
+/* ---- Collectives ----
+ * Every rank of comm must call the same collectives in the same order with matching
+ * arguments. In-place operation is allowed: sendbuf == recvbuf for allreduce, broadcast,
+ * reduce and alltoall; for allgather sendbuf == recvbuf + rank * sendcount; for
+ * reduce_scatter recvbuf == sendbuf + rank * recvcount. A count of 0 is valid: the call
+ * checks its arguments and returns at once without communicating. */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], for i < count, on every rank. */
+chorus_status_t chorus_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                 chorus_dtype_t dtype, chorus_op_t op, chorus_comm_t comm,
+                                 void *stream);
+
+/* recvbuf[r * sendcount + i] = sendbuf of rank r [i]; recvbuf holds nranks * sendcount. */
+chorus_status_t chorus_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                 chorus_dtype_t dtype, chorus_comm_t comm, void *stream);
+
+/* recvbuf[i] = op over ranks of sendbuf[rank * recvcount + i]; sendbuf holds
+ * nranks * recvcount elements. */
+chorus_status_t chorus_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                      chorus_dtype_t dtype, chorus_op_t op, chorus_comm_t comm,
+                                      void *stream);
+
+/* recvbuf = sendbuf of root, on every rank. sendbuf is only read on root and may be NULL
+ * elsewhere. */
+chorus_status_t chorus_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                 chorus_dtype_t dtype, int root, chorus_comm_t comm, void *stream);
+
+/* On root, recvbuf[i] = op over ranks of sendbuf[i]. recvbuf is only written on root and
+ * may be NULL elsewhere. */
+chorus_status_t chorus_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                              chorus_dtype_t dtype, chorus_op_t op, int root, chorus_comm_t comm,
+                              void *stream);
+
+/* recvbuf[r * count + i] = sendbuf of rank r [rank * count + i]; both hold nranks * count. */
+chorus_status_t chorus_alltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
+                                chorus_dtype_t dtype, chorus_comm_t comm, void *stream);
+
+/* Point to point. Outside a group, a send blocks until its data has left the buffer and a
+ * recv until its data has arrived; messages between two ranks arrive in the order they
+ * were sent. Inside chorus_group_start/end, sends and receives are only recorded, and
+ * chorus_group_end runs them all together, so that exchanges cannot deadlock. */
+chorus_status_t chorus_send(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                            chorus_comm_t comm, void *stream);
+chorus_status_t chorus_recv(void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                            chorus_comm_t comm, void *stream);
+
+/* Returns once every rank of comm has entered the barrier. */
+chorus_status_t chorus_barrier(chorus_comm_t comm);
+
+/* Groups nest; the outermost chorus_group_end runs what was recorded. A group may hold
+ * sends and receives of one communicator. An error in chorus_group_end covers all of them. */
+chorus_status_t chorus_group_start(void);
+chorus_status_t chorus_group_end(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CHORUS_H */

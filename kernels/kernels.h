@@ -1,0 +1,48 @@
+/*
+ * Local reduction and copy kernels. They know datatypes and operations and nothing else:
+ * no communicators, no transports. Every op x dtype is generated once (X-macros) in
+ * reduce_cpu.c as a loop the compiler vectorises.
+ *
+ * Semantics (the reference the unit tests check against):
+ * - Integer SUM and PROD wrap modulo 2^bits (computed in unsigned arithmetic, so no UB).
+ * - MIN and MAX propagate NaN: if either operand is NaN the result is NaN (the first
+ *   NaN operand, a, wins when both are NaN).
+ * - FLOAT16 and BFLOAT16 are widened to float, reduced, and rounded back to
+ *   nearest-even (NaN stays NaN, overflow becomes infinity).
+ * - AVG is not a kernel op: the caller reduces with SUM and then calls
+ *   chorus_kernel_divide() once on the result. For integers the division truncates
+ *   toward zero; for floats it is a true division (bf16/fp16 through float).
+ */
+#ifndef CHORUS_KERNELS_H
+#define CHORUS_KERNELS_H
+
+#include "chorus.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* dst[i] = a[i] op b[i] for i < count. op must not be AVG (use SUM). dst may alias a or b
+ * exactly (same pointer); partial overlap is not allowed. Returns
+ * CHORUS_ERR_INVALID_ARGUMENT for an unknown dtype or op. */
+chorus_status_t chorus_kernel_reduce(void *dst, const void *a, const void *b, size_t count,
+                                     chorus_dtype_t dtype, chorus_op_t op);
+
+/* buf[i] = buf[i] / divisor for i < count (the end of AVG). divisor >= 1. */
+chorus_status_t chorus_kernel_divide(void *buf, size_t count, chorus_dtype_t dtype,
+                                     uint64_t divisor);
+
+/* memmove-safe copy of bytes; a no-op when dst == src. */
+void chorus_kernel_copy(void *dst, const void *src, size_t bytes);
+
+/* The reduce loop for one dtype x op, for callers that apply it many times. NULL when
+ * the pair is invalid. */
+typedef void (*chorus_reduce_fn_t)(void *dst, const void *a, const void *b, size_t count);
+chorus_reduce_fn_t chorus_kernel_reduce_fn(chorus_dtype_t dtype, chorus_op_t op);
+
+/* Scalar conversions used by the kernels and the tests (round to nearest even). */
+float chorus_half_to_float(uint16_t h);
+uint16_t chorus_float_to_half(float f);
+float chorus_bf16_to_float(uint16_t b);
+uint16_t chorus_float_to_bf16(float f);
+
+#endif

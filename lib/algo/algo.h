@@ -1,0 +1,52 @@
+/*
+ * Algorithms: pure functions from a collective's shape to a schedule for one rank. They
+ * never touch a socket, a queue pair or a stream, so they are tested exhaustively in one
+ * process through the virtual transport.
+ */
+#ifndef CHORUS_ALGO_ALGO_H
+#define CHORUS_ALGO_ALGO_H
+
+#include "algo/schedule.h"
+
+typedef enum {
+    CHORUS_ALGO_AUTO = 0,
+    CHORUS_ALGO_RING,          /* all collectives but alltoall and barrier */
+    CHORUS_ALGO_TREE,          /* double binary tree: allreduce, broadcast, reduce */
+    CHORUS_ALGO_RD,            /* recursive doubling allreduce (non-power-of-two folding) */
+    CHORUS_ALGO_PAIRWISE,      /* pairwise exchange alltoall */
+    CHORUS_ALGO_DISSEMINATION, /* barrier */
+    CHORUS_NUM_ALGOS
+} chorus_algo_t;
+
+/* "ring", "tree", ...; NULL if unknown. */
+const char *chorus__algo_name(chorus_algo_t algo);
+/* Parses a name; CHORUS_ALGO_AUTO for "auto", -1 if unknown. */
+int chorus__algo_parse(const char *name);
+
+typedef struct {
+    chorus_coll_t coll;
+    int rank;
+    int nranks;
+    /* allreduce, broadcast, reduce: the vector length; allgather: sendcount;
+     * reduce_scatter: recvcount; alltoall: count per peer; barrier: 0. */
+    uint64_t count;
+    int root;             /* broadcast, reduce */
+    uint64_t chunk_count; /* pipeline chunk in elements (0: algorithm's choice) */
+} chorus_coll_args_t;
+
+/* Nonzero if algo implements coll. */
+int chorus__algo_supports(chorus_algo_t algo, chorus_coll_t coll);
+
+/* Builds and finalizes the schedule of args->rank into s (initialised by the caller with
+ * chorus__sched_init). CHORUS_ERR_UNSUPPORTED if algo does not implement the collective. */
+chorus_status_t chorus__algo_build(chorus_algo_t algo, const chorus_coll_args_t *args,
+                                   chorus_sched_t *s);
+
+/* Per-algorithm builders (one file each). Same contract as chorus__algo_build. */
+chorus_status_t chorus__algo_ring(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_tree(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_rd(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_pairwise(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_dissemination(const chorus_coll_args_t *args, chorus_sched_t *s);
+
+#endif

@@ -1,0 +1,249 @@
+/*
+ * Ring algorithms: reduce-scatter, allgather, allreduce (the two in sequence), and the
+ * pipelined chain for broadcast and reduce.
+ *
+ * Ranks form the ring r -> r + 1. The vector is cut into nranks slices (the first
+ * count % nranks one element longer), and each slice into chunks of at most chunk
+ * elements. Loops run ring steps outside and chunks inside, so that while chunk c of a
+ * step is being reduced, chunk c + 1 is on the wire, and chunk c of the next step can
+ * leave as soon as its reduction is done. Both ends of every message compute the same
+ * lengths and skip empty chunks alike, which keeps the per-peer message order matched.
+ *
+ * Every element of an allreduce result is reduced by exactly one rank and copied by the
+ * others, so floating-point results are bitwise identical on all ranks.
+ *
+ * In place (SEND aliases RECV), a rank writes RECV[x] of a slice it reads from SEND only
+ * in the step that reads it (a REDUCE whose dst and src coincide) or when the final value
+ * arrives, which is causally after this rank's own contribution was received.
+ */
+#include "algo/algo.h"
+
+#include "util/status.h"
+
+#define RING_DEFAULT_CHUNK (128u * 1024u)
+#define RING_SLOTS 4 /* receive slots in flight for allreduce and reduce */
+
+typedef struct {
+    uint64_t off;
+    uint64_t len;
+} ring_span_t;
+
+static int ring_mod(int x, int n)
+{
+    return ((x % n) + n) % n;
+}
+
+/* Slice i of count elements cut into n nearly equal parts. */
+static ring_span_t ring_slice(uint64_t count, int n, int i)
+{
+    uint64_t q = count / (uint64_t)n, rem = count % (uint64_t)n;
+    ring_span_t s;
+
+    s.off = (uint64_t)i * q + ((uint64_t)i < rem ? (uint64_t)i : rem);
+    s.len = q + ((uint64_t)i < rem ? 1 : 0);
+    return s;
+}
+
+/* Chunk c of a span (empty past its end). */
+static ring_span_t ring_chunk(ring_span_t s, uint64_t chunk, uint64_t c)
+{
+    ring_span_t r;
+    uint64_t start = c * chunk;
+
+    r.off = s.off + start;
+    r.len = start >= s.len ? 0 : (s.len - start < chunk ? s.len - start : chunk);
+    return r;
+}
+
+/* The chunk length to use for spans of at most maxlen elements (never 0). */
+static uint64_t ring_chunk_len(const chorus_coll_args_t *a, uint64_t maxlen)
+{
+    uint64_t chunk = a->chunk_count ? a->chunk_count : RING_DEFAULT_CHUNK;
+
+    if (chunk > maxlen) chunk = maxlen;
+    return chunk ? chunk : 1;
+}
+
+static uint64_t ring_nchunks(uint64_t len, uint64_t chunk)
+{
+    return (len + chunk - 1) / chunk;
+}
+
+static void ring_allreduce(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    int n = a->nranks, r = a->rank, next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n), k;
+    uint64_t maxlen = ring_slice(a->count, n, 0).len;
+    uint64_t chunk = ring_chunk_len(a, maxlen), nch = ring_nchunks(maxlen, chunk), c, m = 0;
+    uint64_t slots, nslots = nch * (uint64_t)(n - 1) < RING_SLOTS ? nch * (n - 1) : RING_SLOTS;
+
+    /* Received chunks only live until they are reduced into RECV, so a few slots used
+     * round robin suffice: a slot is refilled once the reduction that read it is done. */
+    slots = chorus__sched_scratch(s, nslots * chunk);
+    for (k = 0; k < n - 1; k++) {
+        ring_span_t sb = ring_slice(a->count, n, ring_mod(r - k - 1, n));
+        ring_span_t rb = ring_slice(a->count, n, ring_mod(r - k - 2, n));
+
+        for (c = 0; c < nch; c++) {
+            ring_span_t sc = ring_chunk(sb, chunk, c), rc = ring_chunk(rb, chunk, c);
+            uint64_t slot = slots + (m % nslots) * chunk;
+
+            if (sc.len)
+                chorus__sched_send(s, next, k == 0 ? SEND_AT(sc.off) : RECV_AT(sc.off), sc.len);
+            if (rc.len == 0) continue;
+            m++;
+            chorus__sched_recv(s, prev, SCRATCH_AT(slot), rc.len);
+            chorus__sched_reduce(s, RECV_AT(rc.off), SEND_AT(rc.off), SCRATCH_AT(slot), rc.len);
+        }
+    }
+    /* Rank r now holds slice r reduced; circulate the reduced slices. */
+    for (k = 0; k < n - 1; k++) {
+        ring_span_t sb = ring_slice(a->count, n, ring_mod(r - k, n));
+        ring_span_t rb = ring_slice(a->count, n, ring_mod(r - k - 1, n));
+
+        for (c = 0; c < nch; c++) {
+            ring_span_t sc = ring_chunk(sb, chunk, c), rc = ring_chunk(rb, chunk, c);
+
+            if (sc.len) chorus__sched_send(s, next, RECV_AT(sc.off), sc.len);
+            if (rc.len) chorus__sched_recv(s, prev, RECV_AT(rc.off), rc.len);
+        }
+    }
+}
+
+/* Partial sums of other ranks' blocks live in scratch (RECV holds only recvcount). A
+ * partial received at step k is forwarded at step k + 1, one step of chunks later, so
+ * nch + 1 slots used round robin are never refilled before their partial has left. */
+static void ring_reduce_scatter(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    int n = a->nranks, r = a->rank, next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n), k;
+    uint64_t cnt = a->count, chunk = ring_chunk_len(a, cnt), nch = ring_nchunks(cnt, chunk), c;
+    uint64_t nslots = nch + 1, slots = chorus__sched_scratch(s, nslots * chunk);
+    ring_span_t all = {0, cnt};
+
+    for (k = 0; k < n - 1; k++) {
+        uint64_t sblk = (uint64_t)ring_mod(r - k - 1, n) * cnt;
+        uint64_t rblk = (uint64_t)ring_mod(r - k - 2, n) * cnt;
+
+        for (c = 0; c < nch; c++) {
+            ring_span_t ch = ring_chunk(all, chunk, c);
+            uint64_t prev_slot = slots + (((uint64_t)k - 1) * nch + c) % nslots * chunk;
+            uint64_t slot = slots + ((uint64_t)k * nch + c) % nslots * chunk;
+
+            chorus__sched_send(s, next, k == 0 ? SEND_AT(sblk + ch.off) : SCRATCH_AT(prev_slot),
+                               ch.len);
+            chorus__sched_recv(s, prev, SCRATCH_AT(slot), ch.len);
+            if (k < n - 2)
+                chorus__sched_reduce(s, SCRATCH_AT(slot), SEND_AT(rblk + ch.off),
+                                     SCRATCH_AT(slot), ch.len);
+            else
+                chorus__sched_reduce(s, RECV_AT(ch.off), SEND_AT(rblk + ch.off), SCRATCH_AT(slot),
+                                     ch.len);
+        }
+    }
+}
+
+static void ring_allgather(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    int n = a->nranks, r = a->rank, next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n), k;
+    uint64_t cnt = a->count, chunk = ring_chunk_len(a, cnt), nch = ring_nchunks(cnt, chunk), c;
+    ring_span_t all = {0, cnt};
+
+    /* In place this copy is onto itself; the first step sends from SEND so that it need
+     * not wait for the copy. */
+    chorus__sched_copy(s, RECV_AT((uint64_t)r * cnt), SEND_AT(0), cnt);
+    for (k = 0; k < n - 1; k++) {
+        uint64_t sblk = (uint64_t)ring_mod(r - k, n) * cnt;
+        uint64_t rblk = (uint64_t)ring_mod(r - k - 1, n) * cnt;
+
+        for (c = 0; c < nch; c++) {
+            ring_span_t ch = ring_chunk(all, chunk, c);
+
+            chorus__sched_send(s, next, k == 0 ? SEND_AT(ch.off) : RECV_AT(sblk + ch.off), ch.len);
+            chorus__sched_recv(s, prev, RECV_AT(rblk + ch.off), ch.len);
+        }
+    }
+}
+
+/* A chain from the root: each rank forwards chunk c as soon as it has arrived. */
+static void ring_broadcast(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    int n = a->nranks, r = a->rank, v = ring_mod(r - a->root, n);
+    int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+    uint64_t chunk = ring_chunk_len(a, a->count), nch = ring_nchunks(a->count, chunk), c;
+    ring_span_t all = {0, a->count};
+
+    for (c = 0; c < nch; c++) {
+        ring_span_t ch = ring_chunk(all, chunk, c);
+
+        if (v == 0) {
+            if (n > 1) chorus__sched_send(s, next, SEND_AT(ch.off), ch.len);
+            continue;
+        }
+        chorus__sched_recv(s, prev, RECV_AT(ch.off), ch.len);
+        if (v < n - 1) chorus__sched_send(s, next, RECV_AT(ch.off), ch.len);
+    }
+    if (v == 0) chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
+}
+
+/* A chain that starts after the root and ends at it. Only the root touches RECV. */
+static void ring_reduce(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    int n = a->nranks, r = a->rank, p = ring_mod(r - a->root - 1, n);
+    int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+    uint64_t chunk = ring_chunk_len(a, a->count), nch = ring_nchunks(a->count, chunk), c;
+    uint64_t nslots = nch < RING_SLOTS ? nch : RING_SLOTS, slots;
+    ring_span_t all = {0, a->count};
+
+    if (n == 1) {
+        chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
+        return;
+    }
+    slots = p == 0 ? 0 : chorus__sched_scratch(s, nslots * chunk);
+    for (c = 0; c < nch; c++) {
+        ring_span_t ch = ring_chunk(all, chunk, c);
+        uint64_t slot = slots + (c % nslots) * chunk;
+
+        if (p == 0) {
+            chorus__sched_send(s, next, SEND_AT(ch.off), ch.len);
+            continue;
+        }
+        chorus__sched_recv(s, prev, SCRATCH_AT(slot), ch.len);
+        if (p == n - 1) {
+            chorus__sched_reduce(s, RECV_AT(ch.off), SEND_AT(ch.off), SCRATCH_AT(slot), ch.len);
+            continue;
+        }
+        chorus__sched_reduce(s, SCRATCH_AT(slot), SEND_AT(ch.off), SCRATCH_AT(slot), ch.len);
+        chorus__sched_send(s, next, SCRATCH_AT(slot), ch.len);
+    }
+}
+
+chorus_status_t chorus__algo_ring(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    if (a->count == 0 && a->coll != CHORUS_COLL_BARRIER) return chorus__sched_finalize(s);
+    switch (a->coll) {
+    case CHORUS_COLL_ALLREDUCE:
+        if (a->nranks == 1)
+            chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
+        else
+            ring_allreduce(a, s);
+        break;
+    case CHORUS_COLL_REDUCE_SCATTER:
+        if (a->nranks == 1)
+            chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
+        else
+            ring_reduce_scatter(a, s);
+        break;
+    case CHORUS_COLL_ALLGATHER:
+        ring_allgather(a, s);
+        break;
+    case CHORUS_COLL_BROADCAST:
+        ring_broadcast(a, s);
+        break;
+    case CHORUS_COLL_REDUCE:
+        ring_reduce(a, s);
+        break;
+    default:
+        return chorus__error(CHORUS_ERR_UNSUPPORTED, "rank %d: ring does not implement %s",
+                             a->rank, chorus__coll_name(a->coll));
+    }
+    return chorus__sched_finalize(s);
+}

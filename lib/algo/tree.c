@@ -1,0 +1,206 @@
+/*
+ * Tree algorithms. Allreduce uses NCCL's double binary tree: the vector is cut in two
+ * halves, each reduced up one tree to its root and broadcast back down it. The second
+ * tree is the first mirrored (even nranks) or shifted by one (odd nranks), so that most
+ * ranks are a leaf in one of the trees and the work of interior nodes is shared.
+ * Broadcast and reduce use one binary tree whose labels are the ranks relative to root.
+ *
+ * Both phases are chunked: chunk c of a half goes up (or down) while chunk c + 1 follows.
+ * Loops emit chunk c of tree 0 (up, then down), then of tree 1, then chunk c + 1: every
+ * rank enumerates the same (chunk, tree, phase) groups in the same order, each group has
+ * at most one message per peer and direction, so the per-peer message order matches and
+ * each group only waits on earlier groups.
+ *
+ * Each allreduce element is reduced at one root and copied everywhere else, so results
+ * are bitwise identical on all ranks.
+ */
+#include "algo/algo.h"
+
+#include "util/status.h"
+
+#define TREE_DEFAULT_CHUNK (128u * 1024u)
+#define TREE_SLOTS 4 /* receive slots per child */
+
+typedef struct {
+    int parent;   /* rank, -1 at the root */
+    int child[2]; /* ranks, -1 when absent */
+} tree_node_t;
+
+/* The binary tree over labels 0..n-1 rooted at 0 (NCCL's ncclGetBtree): a label with
+ * lowest set bit b hangs under (x ^ b) | 2b, or under x ^ b when that is past the end;
+ * its children are x - b/2 and the largest x + b/2^i that exists. 0 has one child. */
+static void tree_btree(int n, int x, int *parent_p, int *c0_p, int *c1_p)
+{
+    int bit, low;
+
+    for (bit = 1; bit < n; bit <<= 1)
+        if (bit & x) break;
+    if (x == 0) {
+        *parent_p = -1;
+        *c0_p = -1;
+        *c1_p = n > 1 ? bit >> 1 : -1;
+        return;
+    }
+    *parent_p = (x ^ bit) | (bit << 1);
+    if (*parent_p >= n) *parent_p = x ^ bit;
+    low = bit >> 1;
+    *c0_p = low == 0 ? -1 : x - low;
+    while (low != 0 && x + low >= n) low >>= 1;
+    *c1_p = low == 0 ? -1 : x + low;
+}
+
+/* Node of rank r in a tree whose label of rank q is (q * sign + shift) mod n. */
+static tree_node_t tree_node(int n, int r, int sign, int shift)
+{
+    int label = (((r * sign + shift) % n) + n) % n, p, c0, c1, i;
+    int lab[3];
+    tree_node_t t;
+
+    tree_btree(n, label, &p, &c0, &c1);
+    lab[0] = p;
+    lab[1] = c0;
+    lab[2] = c1;
+    /* Invert the labelling: q = (label - shift) * sign, sign being +1 or -1. */
+    for (i = 0; i < 3; i++)
+        if (lab[i] >= 0) lab[i] = ((((lab[i] - shift) * sign) % n) + n) % n;
+    t.parent = lab[0];
+    t.child[0] = lab[1];
+    t.child[1] = lab[2];
+    return t;
+}
+
+static uint64_t tree_chunk_len(const chorus_coll_args_t *a, uint64_t maxlen)
+{
+    uint64_t chunk = a->chunk_count ? a->chunk_count : TREE_DEFAULT_CHUNK;
+
+    if (chunk > maxlen) chunk = maxlen;
+    return chunk ? chunk : 1;
+}
+
+/* One chunk [off, off + len) of an allreduce over tree t; slots: this tree's scratch
+ * (TREE_SLOTS per child). */
+static void tree_allreduce_chunk(chorus_sched_t *s, const tree_node_t *t, uint64_t off,
+                                 uint64_t len, uint64_t slots, uint64_t chunk, uint64_t c)
+{
+    int j, first = 1;
+
+    for (j = 0; j < 2; j++) {
+        uint64_t slot = slots + ((uint64_t)j * TREE_SLOTS + c % TREE_SLOTS) * chunk;
+
+        if (t->child[j] < 0) continue;
+        chorus__sched_recv(s, t->child[j], SCRATCH_AT(slot), len);
+        chorus__sched_reduce(s, RECV_AT(off), first ? SEND_AT(off) : RECV_AT(off),
+                             SCRATCH_AT(slot), len);
+        first = 0;
+    }
+    if (t->parent >= 0) {
+        /* A leaf sends its own data; in place, the result overwrites it only after the
+         * root has received (and reduced) it. */
+        chorus__sched_send(s, t->parent, first ? SEND_AT(off) : RECV_AT(off), len);
+        chorus__sched_recv(s, t->parent, RECV_AT(off), len);
+    }
+    for (j = 0; j < 2; j++)
+        if (t->child[j] >= 0) chorus__sched_send(s, t->child[j], RECV_AT(off), len);
+}
+
+static void tree_allreduce(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    int n = a->nranks, r = a->rank, t;
+    uint64_t half[2], chunk, nch, c, slots[2];
+    tree_node_t node[2];
+
+    half[0] = (a->count + 1) / 2;
+    half[1] = a->count - half[0];
+    chunk = tree_chunk_len(a, half[0]);
+    nch = (half[0] + chunk - 1) / chunk;
+    node[0] = tree_node(n, r, 1, 0);
+    node[1] = n % 2 ? tree_node(n, r, 1, n - 1) : tree_node(n, r, -1, n - 1);
+    for (t = 0; t < 2; t++) {
+        int nchild = (node[t].child[0] >= 0) + (node[t].child[1] >= 0);
+        slots[t] = nchild ? chorus__sched_scratch(s, 2 * TREE_SLOTS * chunk) : 0;
+    }
+    for (c = 0; c < nch; c++) {
+        for (t = 0; t < 2; t++) {
+            uint64_t start = c * chunk, base = t == 0 ? 0 : half[0], len;
+
+            if (start >= half[t]) continue;
+            len = half[t] - start < chunk ? half[t] - start : chunk;
+            tree_allreduce_chunk(s, &node[t], base + start, len, slots[t], chunk, c);
+        }
+    }
+}
+
+static void tree_broadcast(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    tree_node_t t = tree_node(a->nranks, a->rank, 1, a->nranks - a->root);
+    uint64_t chunk = tree_chunk_len(a, a->count), off;
+    int j;
+
+    for (off = 0; off < a->count; off += chunk) {
+        uint64_t len = a->count - off < chunk ? a->count - off : chunk;
+        chorus_ref_t from = t.parent < 0 ? SEND_AT(off) : RECV_AT(off);
+
+        if (t.parent >= 0) chorus__sched_recv(s, t.parent, RECV_AT(off), len);
+        for (j = 0; j < 2; j++)
+            if (t.child[j] >= 0) chorus__sched_send(s, t.child[j], from, len);
+    }
+    if (t.parent < 0) chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
+}
+
+/* Partials live in scratch (only the root may touch RECV): child 0's slot receives and
+ * then accumulates, and is sent up; a slot is refilled only after that send is done. */
+static void tree_reduce(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    tree_node_t t = tree_node(a->nranks, a->rank, 1, a->nranks - a->root);
+    uint64_t chunk = tree_chunk_len(a, a->count), off, c = 0, slots = 0;
+    int j, nchild = (t.child[0] >= 0) + (t.child[1] >= 0);
+
+    if (nchild == 0 && t.parent < 0) {
+        chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
+        return;
+    }
+    if (nchild) slots = chorus__sched_scratch(s, 2 * TREE_SLOTS * chunk);
+    for (off = 0; off < a->count; off += chunk, c++) {
+        uint64_t len = a->count - off < chunk ? a->count - off : chunk;
+        chorus_ref_t acc = t.parent < 0 ? RECV_AT(off) : SCRATCH_AT(0);
+        chorus_ref_t cur = SEND_AT(off);
+
+        if (nchild == 0) {
+            chorus__sched_send(s, t.parent, SEND_AT(off), len);
+            continue;
+        }
+        for (j = 0; j < 2; j++) {
+            uint64_t slot = slots + ((uint64_t)j * TREE_SLOTS + c % TREE_SLOTS) * chunk;
+
+            if (t.child[j] < 0) continue;
+            chorus__sched_recv(s, t.child[j], SCRATCH_AT(slot), len);
+            if (t.parent >= 0 && cur.buf == CHORUS_BUF_SEND) acc = SCRATCH_AT(slot);
+            chorus__sched_reduce(s, acc, cur, SCRATCH_AT(slot), len);
+            cur = acc;
+        }
+        if (t.parent >= 0) chorus__sched_send(s, t.parent, acc, len);
+    }
+}
+
+chorus_status_t chorus__algo_tree(const chorus_coll_args_t *a, chorus_sched_t *s)
+{
+    if (a->count == 0) return chorus__sched_finalize(s);
+    switch (a->coll) {
+    case CHORUS_COLL_ALLREDUCE:
+        if (a->nranks == 1)
+            chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
+        else
+            tree_allreduce(a, s);
+        break;
+    case CHORUS_COLL_BROADCAST:
+        tree_broadcast(a, s);
+        break;
+    case CHORUS_COLL_REDUCE:
+        tree_reduce(a, s);
+        break;
+    default:
+        return chorus__error(CHORUS_ERR_UNSUPPORTED, "rank %d: tree does not implement %s",
+                             a->rank, chorus__coll_name(a->coll));
+    }
+    return chorus__sched_finalize(s);
+}

@@ -1,0 +1,77 @@
+/*
+ * Bootstrap: how ranks find each other before any transport exists.
+ *
+ * The unique id holds the root's address, a 128-bit secret and a communicator id. The
+ * root service (a thread in the process that made the id) accepts one authenticated
+ * connection per rank, collects each rank's bootstrap listening address, and sends the
+ * whole table back; then it ends. Ranks then connect in a ring (rank r to rank r+1,
+ * authenticated) and use it for out-of-band allgather and barrier: the transports'
+ * address blobs, host identities, comm_split's colors.
+ */
+#ifndef CHORUS_BOOTSTRAP_H
+#define CHORUS_BOOTSTRAP_H
+
+#include "chorus.h"
+#include "util/auth.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* The decoded content of a chorus_unique_id_t. */
+typedef struct {
+    struct sockaddr_storage root_addr;
+    uint8_t secret[CHORUS_SECRET_BYTES];
+    uint64_t comm_id;
+} chorus_id_info_t;
+
+/* Encodes / decodes the id (magic and version checked: CHORUS_ERR_INVALID_ARGUMENT on a
+ * malformed id). */
+chorus_status_t chorus__id_encode(const chorus_id_info_t *info, chorus_unique_id_t *id);
+chorus_status_t chorus__id_decode(const chorus_unique_id_t *id, chorus_id_info_t *info_p);
+
+/* Makes a fresh id whose root listens on listen_addr (NULL: chorus__sock_pick_local_addr;
+ * port 0 = any) and starts the root service thread for it in this process. */
+chorus_status_t chorus__bootstrap_new_id(const struct sockaddr_storage *listen_addr,
+                                         chorus_unique_id_t *id_p);
+
+/* Starts the root service for an id whose address and secret were chosen elsewhere (the
+ * launcher environment: rank 0 binds CHORUS_ROOT / MASTER_ADDR:MASTER_PORT). */
+chorus_status_t chorus__bootstrap_root_start(const chorus_unique_id_t *id);
+
+/* Reads the launcher environment (see chorus_comm_init_env in chorus.h): rank, size,
+ * root address and secret, and builds the id every rank will agree on. *is_root_p is 1
+ * for the rank that must serve the root (rank 0), unless CHORUS_UNIQUE_ID (hex, set by
+ * chorusrun) gives the id directly, in which case nobody here serves it. */
+chorus_status_t chorus__bootstrap_id_from_env(chorus_unique_id_t *id_p, int *rank_p,
+                                              int *nranks_p, int *is_root_p);
+
+/* Hex text of an id (2 * CHORUS_UNIQUE_ID_BYTES + 1 chars) and back. */
+void chorus__id_to_hex(const chorus_unique_id_t *id, char *hex);
+chorus_status_t chorus__id_from_hex(const char *hex, chorus_unique_id_t *id_p);
+
+typedef struct chorus_bootstrap chorus_bootstrap_t;
+
+/* Joins the rendezvous of id as rank of nranks; blocks until the ring is connected or
+ * timeout_s passes or *abort_flag is set. */
+chorus_status_t chorus__bootstrap_init(const chorus_unique_id_t *id, int rank, int nranks,
+                                       double timeout_s, const volatile int *abort_flag,
+                                       chorus_bootstrap_t **bs_p);
+
+/* data holds nranks blocks of size bytes; this rank's block (at rank * size) is given,
+ * the others are filled in. Blocking, with the bootstrap deadline. */
+chorus_status_t chorus__bootstrap_allgather(chorus_bootstrap_t *bs, void *data, size_t size);
+
+/* Returns once all ranks have called it. */
+chorus_status_t chorus__bootstrap_barrier(chorus_bootstrap_t *bs);
+
+/* The local address this rank reaches the root from: transports listen on its interface. */
+const struct sockaddr_storage *chorus__bootstrap_local_addr(const chorus_bootstrap_t *bs);
+
+/* The decoded id (secret, comm id). */
+const chorus_id_info_t *chorus__bootstrap_id_info(const chorus_bootstrap_t *bs);
+
+/* Closes the ring connections. */
+void chorus__bootstrap_destroy(chorus_bootstrap_t *bs);
+
+#endif

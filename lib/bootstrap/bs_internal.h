@@ -1,0 +1,89 @@
+/*
+ * What the files of lib/bootstrap share and nobody else needs: the packed address, the
+ * hellos, the root service start and the duplex exchange of the ring.
+ */
+#ifndef CHORUS_BOOTSTRAP_INTERNAL_H
+#define CHORUS_BOOTSTRAP_INTERNAL_H
+
+#include "bootstrap/bootstrap.h"
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* An address on the wire: u8 family (4 or 6), u8 zero, u16 port, 16 bytes of address
+ * (IPv4 in the first 4), u32 IPv6 scope id. Big-endian. */
+#define CHORUS_BS_ADDR_BYTES 24
+
+/* A rank's hello (inside the authenticated handshake): u32 purpose, u64 comm id,
+ * u32 rank, u32 nranks, packed address (the rank's ring listener; zero for the ring). */
+#define CHORUS_BS_HELLO_BYTES (4 + 8 + 4 + 4 + CHORUS_BS_ADDR_BYTES)
+#define CHORUS_BS_PURPOSE_ROOT 0x524f4f54u /* "ROOT" */
+#define CHORUS_BS_PURPOSE_RING 0x52494e47u /* "RING" */
+
+/* The most ranks a bootstrap accepts: it bounds the table the root sends. */
+#define CHORUS_BS_MAX_RANKS (1 << 20)
+
+typedef struct {
+    uint32_t purpose;
+    uint64_t comm_id;
+    uint32_t rank;
+    uint32_t nranks;
+    struct sockaddr_storage addr;
+} chorus_bs_hello_t;
+
+static inline void chorus__bs_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static inline void chorus__bs_put32(uint8_t *p, uint32_t v)
+{
+    chorus__bs_put16(p, (uint16_t)(v >> 16));
+    chorus__bs_put16(p + 2, (uint16_t)v);
+}
+
+static inline void chorus__bs_put64(uint8_t *p, uint64_t v)
+{
+    chorus__bs_put32(p, (uint32_t)(v >> 32));
+    chorus__bs_put32(p + 4, (uint32_t)v);
+}
+
+static inline uint16_t chorus__bs_get16(const uint8_t *p)
+{
+    return (uint16_t)(((unsigned)p[0] << 8) | p[1]);
+}
+
+static inline uint32_t chorus__bs_get32(const uint8_t *p)
+{
+    return ((uint32_t)chorus__bs_get16(p) << 16) | chorus__bs_get16(p + 2);
+}
+
+static inline uint64_t chorus__bs_get64(const uint8_t *p)
+{
+    return ((uint64_t)chorus__bs_get32(p) << 32) | chorus__bs_get32(p + 4);
+}
+
+/* Packs an IPv4/IPv6 address (anything else packs as family 0). */
+void chorus__bs_pack_addr(const struct sockaddr_storage *addr, uint8_t out[CHORUS_BS_ADDR_BYTES]);
+
+/* Unpacks; CHORUS_ERR_INVALID_ARGUMENT when the family is not 4 or 6 or padding is set. */
+chorus_status_t chorus__bs_unpack_addr(const uint8_t in[CHORUS_BS_ADDR_BYTES],
+                                       struct sockaddr_storage *addr_p);
+
+void chorus__bs_hello_pack(const chorus_bs_hello_t *h, uint8_t out[CHORUS_BS_HELLO_BYTES]);
+chorus_status_t chorus__bs_hello_unpack(const uint8_t *in, size_t len, chorus_bs_hello_t *h_p);
+
+/* Starts the detached root service thread on listen_fd (which it then owns and closes,
+ * also on failure) for the id described by info. */
+chorus_status_t chorus__bs_root_spawn(int listen_fd, const chorus_id_info_t *info);
+
+/* Sends slen bytes on send_fd while receiving rlen bytes on recv_fd (either length may be
+ * 0, and the fds may be equal), so that a ring where everyone sends first cannot deadlock
+ * on full socket buffers. Honours the deadline and *abort_flag; `what` names the
+ * operation in errors. */
+chorus_status_t chorus__bs_exchange(int send_fd, const void *sbuf, size_t slen, int recv_fd,
+                                    void *rbuf, size_t rlen, uint64_t deadline_ns,
+                                    const volatile int *abort_flag, const char *what);
+
+#endif

@@ -1,0 +1,402 @@
+/*
+ * The bootstrap ring: each rank learns every rank's listening address from the root, then
+ * connects to rank + 1 and accepts rank - 1, both authenticated. Allgather passes blocks
+ * around that ring in nranks - 1 steps; a barrier is an allgather of one byte.
+ *
+ * Every ring message starts with a header ("BSAG", u32 sequence, u64 block size) so that
+ * ranks that disagree on the size or the number of calls get CHORUS_ERR_MISMATCH, not
+ * garbage or a hang.
+ */
+#include "bootstrap/bs_internal.h"
+
+#include "util/auth.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/sock.h"
+#include "util/status.h"
+
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RING_POLL_SLICE_MS 100
+#define RING_HEADER_BYTES 16
+
+struct chorus_bootstrap {
+    chorus_id_info_t info;
+    int rank;
+    int nranks;
+    double timeout_s;
+    const volatile int *abort_flag;
+    struct sockaddr_storage local_addr; /* port 0: for transports to listen on */
+    int next_fd;                        /* to rank + 1 */
+    int prev_fd;                        /* from rank - 1 */
+    uint32_t seq;                       /* allgathers done so far */
+};
+
+/* One nonblocking step of I/O; returns 0 (progress or would block) or the errno / -1 for
+ * a closed peer. */
+static int ring_io(int fd, int sending, char *buf, size_t *done, size_t len)
+{
+    ssize_t n;
+
+    if (sending) {
+        n = send(fd, buf + *done, len - *done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else {
+        n = recv(fd, buf + *done, len - *done, MSG_DONTWAIT);
+        if (n == 0) return -1;
+    }
+    if (n > 0) {
+        *done += (size_t)n;
+        return 0;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+    return errno;
+}
+
+static chorus_status_t ring_io_error(int err, int sending, const char *what)
+{
+    if (err == -1 || err == EPIPE || err == ECONNRESET) {
+        return chorus__error(CHORUS_ERR_REMOTE, "%s: the %s rank closed the connection", what,
+                             sending ? "receiving" : "sending");
+    }
+    return chorus__error_errno(CHORUS_ERR_SYSTEM, err, "%s: %s", what, sending ? "send" : "recv");
+}
+
+chorus_status_t chorus__bs_exchange(int send_fd, const void *sbuf, size_t slen, int recv_fd,
+                                    void *rbuf, size_t rlen, uint64_t deadline_ns,
+                                    const volatile int *abort_flag, const char *what)
+{
+    size_t sent = 0, got = 0;
+
+    for (;;) {
+        struct pollfd pfds[2];
+        int n = 0, rc, err;
+
+        if (sent < slen) {
+            err = ring_io(send_fd, 1, (char *)(uintptr_t)sbuf, &sent, slen);
+            if (err != 0) return ring_io_error(err, 1, what);
+        }
+        if (got < rlen) {
+            err = ring_io(recv_fd, 0, rbuf, &got, rlen);
+            if (err != 0) return ring_io_error(err, 0, what);
+        }
+        if (sent == slen && got == rlen) return CHORUS_SUCCESS;
+        if (abort_flag != NULL && *abort_flag) {
+            return chorus__error(CHORUS_ERR_ABORTED, "%s: aborted", what);
+        }
+        if (chorus__deadline_passed(deadline_ns)) {
+            return chorus__error(CHORUS_ERR_TIMEOUT,
+                                 "%s: timed out (sent %zu of %zu, "
+                                 "received %zu of %zu bytes)",
+                                 what, sent, slen, got, rlen);
+        }
+        if (sent < slen) pfds[n++] = (struct pollfd){.fd = send_fd, .events = POLLOUT};
+        if (got < rlen) pfds[n++] = (struct pollfd){.fd = recv_fd, .events = POLLIN};
+        rc = poll(pfds, (nfds_t)n, chorus__deadline_ms_left(deadline_ns, RING_POLL_SLICE_MS));
+        if (rc < 0 && errno != EINTR) {
+            return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "%s: poll", what);
+        }
+    }
+}
+
+/* Waits until fd has bytes to read (the peer's challenge), watching the abort flag:
+ * chorus__auth_client has none, and the peer may take long to start serving. */
+static chorus_status_t ring_wait_readable(int fd, uint64_t deadline_ns,
+                                          const volatile int *abort_flag, const char *what)
+{
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int rc;
+
+        if (abort_flag != NULL && *abort_flag) {
+            return chorus__error(CHORUS_ERR_ABORTED, "%s: aborted", what);
+        }
+        if (chorus__deadline_passed(deadline_ns)) {
+            return chorus__error(CHORUS_ERR_TIMEOUT, "%s: no answer before the deadline", what);
+        }
+        rc = poll(&pfd, 1, chorus__deadline_ms_left(deadline_ns, RING_POLL_SLICE_MS));
+        if (rc > 0) return CHORUS_SUCCESS;
+        if (rc < 0 && errno != EINTR) {
+            return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "%s: poll", what);
+        }
+    }
+}
+
+static void ring_hello(const chorus_bootstrap_t *bs, uint32_t purpose,
+                       const struct sockaddr_storage *addr, uint8_t out[CHORUS_BS_HELLO_BYTES])
+{
+    chorus_bs_hello_t h;
+
+    memset(&h, 0, sizeof(h));
+    h.purpose = purpose;
+    h.comm_id = bs->info.comm_id;
+    h.rank = (uint32_t)bs->rank;
+    h.nranks = (uint32_t)bs->nranks;
+    if (addr != NULL) h.addr = *addr;
+    chorus__bs_hello_pack(&h, out);
+}
+
+/* Registers with the root and receives the address table (nranks packed addresses). */
+static chorus_status_t ring_meet_root(chorus_bootstrap_t *bs, const struct sockaddr_storage *me,
+                                      uint64_t deadline_ns, uint8_t **table_p)
+{
+    uint8_t hello[CHORUS_BS_HELLO_BYTES], head[8], *table;
+    size_t len = (size_t)CHORUS_BS_ADDR_BYTES * bs->nranks;
+    char what[160], text[80];
+    chorus_status_t status;
+    int fd;
+
+    snprintf(what, sizeof(what), "bootstrap: rank %d: root %s", bs->rank,
+             chorus__sock_addr_str(&bs->info.root_addr, text, sizeof(text)));
+    table = malloc(len);
+    if (table == NULL) return chorus__error(CHORUS_ERR_NO_MEMORY, "%s: address table", what);
+    CHORUS_CHECK_GOTO(chorus__sock_connect(&bs->info.root_addr, deadline_ns, bs->abort_flag, &fd),
+                      err_free);
+    ring_hello(bs, CHORUS_BS_PURPOSE_ROOT, me, hello);
+    CHORUS_CHECK_GOTO(ring_wait_readable(fd, deadline_ns, bs->abort_flag, what), err_close);
+    CHORUS_CHECK_GOTO(chorus__auth_client(fd, bs->info.secret, hello, sizeof(hello), deadline_ns),
+                      err_close);
+    CHORUS_CHECK_GOTO(
+        chorus__bs_exchange(-1, NULL, 0, fd, head, sizeof(head), deadline_ns, bs->abort_flag, what),
+        err_close);
+    if (memcmp(head, "TABL", 4) != 0 || chorus__bs_get32(head + 4) != (uint32_t)bs->nranks) {
+        status = chorus__error(CHORUS_ERR_MISMATCH,
+                               "%s: the root's table is for %u ranks, "
+                               "this rank was told %d",
+                               what, chorus__bs_get32(head + 4), bs->nranks);
+        goto err_close;
+    }
+    CHORUS_CHECK_GOTO(
+        chorus__bs_exchange(-1, NULL, 0, fd, table, len, deadline_ns, bs->abort_flag, what),
+        err_close);
+    close(fd);
+    *table_p = table;
+    return CHORUS_SUCCESS;
+
+err_close:
+    close(fd);
+err_free:
+    free(table);
+    return chorus__error_context(status, "bootstrap: rank %d of %d: meeting the root", bs->rank,
+                                 bs->nranks);
+}
+
+static chorus_status_t ring_connect_next(chorus_bootstrap_t *bs, const uint8_t *table,
+                                         uint64_t deadline_ns)
+{
+    int next = (bs->rank + 1) % bs->nranks;
+    struct sockaddr_storage addr;
+    uint8_t hello[CHORUS_BS_HELLO_BYTES];
+    chorus_status_t status;
+    char what[96];
+    int fd;
+
+    CHORUS_CHECK_GOTO(chorus__bs_unpack_addr(table + (size_t)CHORUS_BS_ADDR_BYTES * next, &addr),
+                      err);
+    CHORUS_CHECK_GOTO(chorus__sock_connect(&addr, deadline_ns, bs->abort_flag, &fd), err);
+    ring_hello(bs, CHORUS_BS_PURPOSE_RING, NULL, hello);
+    snprintf(what, sizeof(what), "bootstrap: rank %d: rank %d's challenge", bs->rank, next);
+    CHORUS_CHECK_GOTO(ring_wait_readable(fd, deadline_ns, bs->abort_flag, what), err_close);
+    CHORUS_CHECK_GOTO(chorus__auth_client(fd, bs->info.secret, hello, sizeof(hello), deadline_ns),
+                      err_close);
+    bs->next_fd = fd;
+    return CHORUS_SUCCESS;
+
+err_close:
+    close(fd);
+err:
+    return chorus__error_context(status, "bootstrap: rank %d: connecting to rank %d", bs->rank,
+                                 next);
+}
+
+/* Accepts rank - 1. An authenticated connection that is not rank - 1 of this
+ * communicator (a stale job sharing the secret) is dropped and logged. */
+static chorus_status_t ring_accept_prev(chorus_bootstrap_t *bs, chorus_acceptor_t *acc,
+                                        uint64_t deadline_ns)
+{
+    uint32_t prev = (uint32_t)((bs->rank + bs->nranks - 1) % bs->nranks);
+    uint8_t buf[CHORUS_BS_HELLO_BYTES];
+    chorus_bs_hello_t h;
+    chorus_status_t status;
+    size_t len;
+    int fd;
+
+    for (;;) {
+        memset(&h, 0, sizeof(h));
+        status =
+            chorus__acceptor_accept(acc, buf, sizeof(buf), &len, deadline_ns, bs->abort_flag, &fd);
+        if (status != CHORUS_SUCCESS) {
+            return chorus__error_context(status, "bootstrap: rank %d: waiting for rank %u",
+                                         bs->rank, prev);
+        }
+        if (chorus__bs_hello_unpack(buf, len, &h) == CHORUS_SUCCESS &&
+            h.purpose == CHORUS_BS_PURPOSE_RING && h.comm_id == bs->info.comm_id &&
+            h.rank == prev && h.nranks == (uint32_t)bs->nranks) {
+            bs->prev_fd = fd;
+            return CHORUS_SUCCESS;
+        }
+        CHORUS_WARN("bootstrap",
+                    "rank %d: dropped an authenticated connection that is not "
+                    "rank %u of this communicator (claims rank %u of %u)",
+                    bs->rank, prev, (unsigned)h.rank, (unsigned)h.nranks);
+        close(fd);
+    }
+}
+
+/* Listens, meets the root, then links the ring. Odd ranks accept before they connect and
+ * even ranks the other way round: if everyone connected first, everyone would wait for a
+ * challenge that nobody sends. */
+static chorus_status_t ring_link(chorus_bootstrap_t *bs, uint64_t deadline_ns)
+{
+    struct sockaddr_storage bound;
+    chorus_acceptor_t *acc;
+    chorus_status_t status;
+    uint8_t *table = NULL;
+    char what[64];
+    int lfd;
+
+    CHORUS_CHECK_GOTO(chorus__sock_pick_local_addr(&bs->info.root_addr, &bs->local_addr), err);
+    CHORUS_CHECK_GOTO(chorus__sock_listen(&bs->local_addr, 64, &lfd, &bound), err);
+    snprintf(what, sizeof(what), "bootstrap ring rank %d", bs->rank);
+    CHORUS_CHECK_GOTO(chorus__acceptor_create(lfd, bs->info.secret, what, &acc), err_close);
+    CHORUS_CHECK_GOTO(ring_meet_root(bs, &bound, deadline_ns, &table), err_acc);
+    if (bs->nranks > 1) {
+        if (bs->rank % 2 == 1) {
+            CHORUS_CHECK_GOTO(ring_accept_prev(bs, acc, deadline_ns), err_table);
+            CHORUS_CHECK_GOTO(ring_connect_next(bs, table, deadline_ns), err_table);
+        } else {
+            CHORUS_CHECK_GOTO(ring_connect_next(bs, table, deadline_ns), err_table);
+            CHORUS_CHECK_GOTO(ring_accept_prev(bs, acc, deadline_ns), err_table);
+        }
+    }
+    /* Nobody else may join: the listener goes, so late strangers are refused by the
+     * kernel instead of waiting in a backlog. */
+    free(table);
+    chorus__acceptor_destroy(acc);
+    close(lfd);
+    return CHORUS_SUCCESS;
+
+err_table:
+    free(table);
+err_acc:
+    chorus__acceptor_destroy(acc);
+err_close:
+    close(lfd);
+err:
+    return status;
+}
+
+chorus_status_t chorus__bootstrap_init(const chorus_unique_id_t *id, int rank, int nranks,
+                                       double timeout_s, const volatile int *abort_flag,
+                                       chorus_bootstrap_t **bs_p)
+{
+    chorus_bootstrap_t *bs;
+    chorus_status_t status;
+
+    if (id == NULL || bs_p == NULL || nranks < 1 || nranks > CHORUS_BS_MAX_RANKS || rank < 0 ||
+        rank >= nranks) {
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "bootstrap: rank %d of %d is not a valid rank", rank, nranks);
+    }
+    bs = calloc(1, sizeof(*bs));
+    if (bs == NULL) return chorus__error(CHORUS_ERR_NO_MEMORY, "bootstrap: rank %d", rank);
+    bs->rank = rank;
+    bs->nranks = nranks;
+    bs->timeout_s = timeout_s;
+    bs->abort_flag = abort_flag;
+    bs->next_fd = -1;
+    bs->prev_fd = -1;
+    CHORUS_CHECK_GOTO(chorus__id_decode(id, &bs->info), err_free);
+    CHORUS_CHECK_GOTO(ring_link(bs, chorus__deadline_after(timeout_s)), err_fds);
+    CHORUS_INFO("bootstrap", "rank %d of %d: ring connected", rank, nranks);
+    *bs_p = bs;
+    return CHORUS_SUCCESS;
+
+err_fds:
+    if (bs->next_fd >= 0) close(bs->next_fd);
+    if (bs->prev_fd >= 0) close(bs->prev_fd);
+err_free:
+    OPENSSL_cleanse(bs, sizeof(*bs));
+    free(bs);
+    return status;
+}
+
+chorus_status_t chorus__bootstrap_allgather(chorus_bootstrap_t *bs, void *data, size_t size)
+{
+    uint64_t deadline_ns = chorus__deadline_after(bs->timeout_s);
+    uint8_t shead[RING_HEADER_BYTES], rhead[RING_HEADER_BYTES];
+    char *base = data;
+    char what[128];
+    chorus_status_t status;
+    int step, n = bs->nranks;
+    uint32_t seq = bs->seq++;
+
+    if (n == 1 || size == 0) return CHORUS_SUCCESS;
+    memcpy(shead, "BSAG", 4);
+    chorus__bs_put32(shead + 4, seq);
+    chorus__bs_put64(shead + 8, size);
+    for (step = 0; step < n - 1; step++) {
+        int sblock = (bs->rank - step + n) % n, rblock = (bs->rank - step - 1 + n) % n;
+        snprintf(what, sizeof(what),
+                 "bootstrap: rank %d: allgather #%u step %d (to rank %d, "
+                 "from rank %d)",
+                 bs->rank, seq, step, (bs->rank + 1) % n, (bs->rank - 1 + n) % n);
+        status = chorus__bs_exchange(bs->next_fd, shead, sizeof(shead), bs->prev_fd, rhead,
+                                     sizeof(rhead), deadline_ns, bs->abort_flag, what);
+        if (status != CHORUS_SUCCESS) return status;
+        if (memcmp(rhead, "BSAG", 4) != 0 || chorus__bs_get32(rhead + 4) != seq ||
+            chorus__bs_get64(rhead + 8) != size) {
+            return chorus__error(CHORUS_ERR_MISMATCH,
+                                 "%s: the previous rank sent allgather #%u of %llu bytes, "
+                                 "expected #%u of %zu",
+                                 what, chorus__bs_get32(rhead + 4),
+                                 (unsigned long long)chorus__bs_get64(rhead + 8), seq, size);
+        }
+        status = chorus__bs_exchange(bs->next_fd, base + (size_t)sblock * size, size, bs->prev_fd,
+                                     base + (size_t)rblock * size, size, deadline_ns,
+                                     bs->abort_flag, what);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus__bootstrap_barrier(chorus_bootstrap_t *bs)
+{
+    chorus_status_t status;
+    char *tokens;
+
+    if (bs->nranks == 1) return CHORUS_SUCCESS;
+    tokens = calloc((size_t)bs->nranks, 1);
+    if (tokens == NULL) {
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "bootstrap: rank %d: barrier", bs->rank);
+    }
+    /* Having everyone's byte proves that everyone has arrived. */
+    tokens[bs->rank] = 1;
+    status = chorus__bootstrap_allgather(bs, tokens, 1);
+    free(tokens);
+    return status;
+}
+
+const struct sockaddr_storage *chorus__bootstrap_local_addr(const chorus_bootstrap_t *bs)
+{
+    return &bs->local_addr;
+}
+
+const chorus_id_info_t *chorus__bootstrap_id_info(const chorus_bootstrap_t *bs)
+{
+    return &bs->info;
+}
+
+void chorus__bootstrap_destroy(chorus_bootstrap_t *bs)
+{
+    if (bs == NULL) return;
+    if (bs->next_fd >= 0) close(bs->next_fd);
+    if (bs->prev_fd >= 0) close(bs->prev_fd);
+    OPENSSL_cleanse(bs, sizeof(*bs));
+    free(bs);
+}

@@ -1,0 +1,245 @@
+/*
+ * The root service: a detached thread that collects one authenticated hello per rank
+ * (rank, nranks, the rank's ring listening address) and, once all have arrived, sends
+ * every rank the whole address table. It then frees everything it owns and ends; it also
+ * ends at the CHORUS_TIMEOUT deadline. Nobody joins it, so it must never touch memory
+ * that its starter owns: it gets its own copy of everything.
+ *
+ * Table message (root -> rank): "TABL", u32 nranks, nranks packed addresses.
+ */
+#include "bootstrap/bs_internal.h"
+
+#include "util/auth.h"
+#include "util/clock.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/sock.h"
+#include "util/status.h"
+
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    int listen_fd;
+    chorus_id_info_t info;
+    char name[96]; /* "bootstrap root 1.2.3.4:5" for logs */
+    uint64_t deadline_ns;
+    int nranks; /* 0 until the first hello */
+    int arrived;
+    int *fds;       /* per rank, -1 until it arrives */
+    uint8_t *table; /* 8-byte header, then nranks packed addresses */
+} root_t;
+
+static void root_free(root_t *root)
+{
+    int r;
+
+    if (root->fds != NULL) {
+        for (r = 0; r < root->nranks; r++) {
+            if (root->fds[r] >= 0) close(root->fds[r]);
+        }
+    }
+    free(root->fds);
+    free(root->table);
+    if (root->listen_fd >= 0) close(root->listen_fd);
+    OPENSSL_cleanse(root, sizeof(*root));
+    free(root);
+}
+
+/* Checks a hello and files its rank. Returns 1 if fd was kept, 0 if it must be closed. */
+static int root_admit(root_t *root, const chorus_bs_hello_t *h)
+{
+    if (h->purpose != CHORUS_BS_PURPOSE_ROOT || h->comm_id != root->info.comm_id) {
+        CHORUS_WARN("bootstrap",
+                    "%s: dropped a peer with the right secret but another "
+                    "communicator or purpose (a stale job?)",
+                    root->name);
+        return 0;
+    }
+    if (h->nranks < 1 || h->nranks > CHORUS_BS_MAX_RANKS || h->rank >= h->nranks) {
+        CHORUS_WARN("bootstrap", "%s: dropped rank %u of %u: out of range", root->name,
+                    (unsigned)h->rank, (unsigned)h->nranks);
+        return 0;
+    }
+    if (root->nranks == 0) {
+        root->fds = malloc(sizeof(int) * h->nranks);
+        root->table = calloc(1, 8 + (size_t)CHORUS_BS_ADDR_BYTES * h->nranks);
+        if (root->fds == NULL || root->table == NULL) {
+            CHORUS_WARN("bootstrap", "%s: no memory for %u ranks", root->name, (unsigned)h->nranks);
+            free(root->fds);
+            free(root->table);
+            root->fds = NULL;
+            root->table = NULL;
+            return 0;
+        }
+        root->nranks = (int)h->nranks;
+        for (int r = 0; r < root->nranks; r++)
+            root->fds[r] = -1;
+        memcpy(root->table, "TABL", 4);
+        chorus__bs_put32(root->table + 4, h->nranks);
+    }
+    if ((int)h->nranks != root->nranks) {
+        CHORUS_WARN("bootstrap", "%s: rank %u says there are %u ranks, but earlier ranks said %d",
+                    root->name, (unsigned)h->rank, (unsigned)h->nranks, root->nranks);
+        return 0;
+    }
+    if (root->fds[h->rank] >= 0) {
+        CHORUS_WARN("bootstrap", "%s: rank %u joined twice; the second is dropped", root->name,
+                    (unsigned)h->rank);
+        return 0;
+    }
+    if (h->addr.ss_family != AF_INET && h->addr.ss_family != AF_INET6) {
+        CHORUS_WARN("bootstrap", "%s: rank %u sent no address", root->name, (unsigned)h->rank);
+        return 0;
+    }
+    chorus__bs_pack_addr(&h->addr, root->table + 8 + (size_t)CHORUS_BS_ADDR_BYTES * h->rank);
+    return 1;
+}
+
+/* Collects the hellos. Returns 0 once all ranks arrived, -1 when giving up. */
+static int root_gather(root_t *root, chorus_acceptor_t *acc)
+{
+    uint8_t buf[CHORUS_BS_HELLO_BYTES];
+    chorus_bs_hello_t h;
+    size_t len;
+    int fd;
+
+    while (root->nranks == 0 || root->arrived < root->nranks) {
+        chorus_status_t status =
+            chorus__acceptor_accept(acc, buf, sizeof(buf), &len, root->deadline_ns, NULL, &fd);
+        if (status != CHORUS_SUCCESS) {
+            CHORUS_WARN("bootstrap", "%s: giving up with %d of %d ranks arrived: %s", root->name,
+                        root->arrived, root->nranks, chorus_last_error());
+            return -1;
+        }
+        if (chorus__bs_hello_unpack(buf, len, &h) != CHORUS_SUCCESS || !root_admit(root, &h)) {
+            close(fd);
+            continue;
+        }
+        root->fds[h.rank] = fd;
+        root->arrived++;
+        CHORUS_TRACE("bootstrap", "%s: rank %u arrived (%d of %d)", root->name, (unsigned)h.rank,
+                     root->arrived, root->nranks);
+    }
+    return 0;
+}
+
+static void *root_main(void *arg)
+{
+    root_t *root = arg;
+    chorus_acceptor_t *acc = NULL;
+    size_t table_len;
+    int r;
+
+    if (chorus__acceptor_create(root->listen_fd, root->info.secret, root->name, &acc) !=
+        CHORUS_SUCCESS) {
+        CHORUS_WARN("bootstrap", "%s: cannot start: %s", root->name, chorus_last_error());
+        goto out;
+    }
+    if (root_gather(root, acc) != 0) goto out;
+    /* Everyone is here: nobody else may join, so the listener goes before the sends. */
+    chorus__acceptor_destroy(acc);
+    acc = NULL;
+    close(root->listen_fd);
+    root->listen_fd = -1;
+    table_len = 8 + (size_t)CHORUS_BS_ADDR_BYTES * root->nranks;
+    for (r = 0; r < root->nranks; r++) {
+        if (chorus__sock_send_all(root->fds[r], root->table, table_len, root->deadline_ns) !=
+            CHORUS_SUCCESS) {
+            CHORUS_WARN("bootstrap", "%s: could not send the table to rank %d: %s", root->name, r,
+                        chorus_last_error());
+        }
+    }
+    CHORUS_INFO("bootstrap", "%s: all %d ranks met", root->name, root->nranks);
+out:
+    chorus__acceptor_destroy(acc);
+    root_free(root);
+    return NULL;
+}
+
+chorus_status_t chorus__bs_root_spawn(int listen_fd, const chorus_id_info_t *info)
+{
+    pthread_attr_t attr;
+    pthread_t tid;
+    root_t *root;
+    char text[80];
+    int rc;
+
+    root = calloc(1, sizeof(*root));
+    if (root == NULL) {
+        close(listen_fd);
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "bootstrap: root service allocation");
+    }
+    root->listen_fd = listen_fd;
+    root->info = *info;
+    root->deadline_ns = chorus__deadline_after(chorus__config_seconds("CHORUS_TIMEOUT", 300.0));
+    snprintf(root->name, sizeof(root->name), "bootstrap root %s",
+             chorus__sock_addr_str(&info->root_addr, text, sizeof(text)));
+    if (pthread_attr_init(&attr) != 0) {
+        root_free(root);
+        return chorus__error(CHORUS_ERR_SYSTEM, "bootstrap: pthread_attr_init");
+    }
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&tid, &attr, root_main, root);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        root_free(root);
+        return chorus__error_errno(CHORUS_ERR_SYSTEM, rc, "bootstrap: starting the root thread");
+    }
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus__bootstrap_new_id(const struct sockaddr_storage *listen_addr,
+                                         chorus_unique_id_t *id_p)
+{
+    struct sockaddr_storage addr;
+    chorus_id_info_t info;
+    chorus_unique_id_t id;
+    chorus_status_t status;
+    uint8_t comm[8];
+    int fd;
+
+    if (listen_addr != NULL) {
+        addr = *listen_addr;
+    } else {
+        status = chorus__sock_pick_local_addr(NULL, &addr);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    memset(&info, 0, sizeof(info));
+    CHORUS_CHECK_GOTO(chorus__random_bytes(info.secret, sizeof(info.secret)), err);
+    CHORUS_CHECK_GOTO(chorus__random_bytes(comm, sizeof(comm)), err);
+    info.comm_id = chorus__bs_get64(comm);
+    CHORUS_CHECK_GOTO(chorus__sock_listen(&addr, SOMAXCONN, &fd, &info.root_addr), err);
+    CHORUS_CHECK_GOTO(chorus__id_encode(&info, &id), err_close);
+    /* The thread owns fd from here on, also when it fails to start. */
+    CHORUS_CHECK_GOTO(chorus__bs_root_spawn(fd, &info), err);
+    *id_p = id;
+    OPENSSL_cleanse(&info, sizeof(info));
+    return CHORUS_SUCCESS;
+
+err_close:
+    close(fd);
+err:
+    OPENSSL_cleanse(&info, sizeof(info));
+    return chorus__error_context(status, "bootstrap: making a unique id");
+}
+
+chorus_status_t chorus__bootstrap_root_start(const chorus_unique_id_t *id)
+{
+    chorus_id_info_t info;
+    chorus_status_t status;
+    int fd;
+
+    CHORUS_CHECK_GOTO(chorus__id_decode(id, &info), err);
+    CHORUS_CHECK_GOTO(chorus__sock_listen(&info.root_addr, SOMAXCONN, &fd, NULL), err);
+    CHORUS_CHECK_GOTO(chorus__bs_root_spawn(fd, &info), err);
+    OPENSSL_cleanse(&info, sizeof(info));
+    return CHORUS_SUCCESS;
+
+err:
+    OPENSSL_cleanse(&info, sizeof(info));
+    return chorus__error_context(status, "bootstrap: starting the root service");
+}

@@ -1,0 +1,345 @@
+/*
+ * Data path of the shm transport: per-peer FIFO queues of requests, progress through the
+ * rings, futex wake-ups, and detection of peers that died or closed.
+ *
+ * Wake-ups follow the classic store/fence/load handshake. A waiter sets its `sleeping`
+ * flag, reads its doorbell, fences, re-checks for work and only then sleeps on the
+ * doorbell. A side that moved a ring counter fences and, if the other side's flag is
+ * set, bumps its doorbell and wakes it. With full fences on both sides either the waiter
+ * sees the new counter or the mover sees the flag, so no wake-up is lost, and movers pay
+ * nothing but one load while nobody sleeps.
+ */
+#include "transport/shm/shm.h"
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void shm_notify(shm_peer_t *p)
+{
+    shm_seg_hdr_t *hdr = p->seg.hdr;
+
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&hdr->sleeping)) {
+        atomic_fetch_add(&hdr->doorbell, 1);
+        shm_futex_wake(&hdr->doorbell);
+    }
+}
+
+int shm_pid_dead(uint32_t pid)
+{
+    char path[64], stat[256];
+    const char *paren;
+    FILE *f;
+    size_t n;
+
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    /* A zombie still answers kill(); its state in /proc tells. */
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    f = fopen(path, "re");
+    if (f == NULL) return 0;
+    n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    paren = strrchr(stat, ')');
+    return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+static void complete(chorus_tp_req_t *req, chorus_status_t status)
+{
+    req->status = status;
+    req->next = NULL;
+    atomic_thread_fence(memory_order_release);
+    req->done = 1;
+}
+
+static void fail_queue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p, chorus_status_t status)
+{
+    chorus_tp_req_t *req = *head_p;
+
+    while (req != NULL) {
+        chorus_tp_req_t *next = req->next;
+
+        complete(req, status);
+        req = next;
+    }
+    *head_p = *tail_p = NULL;
+}
+
+chorus_status_t shm_peer_fail(shm_tp_t *tp, shm_peer_t *p, chorus_status_t status,
+                              const char *fmt, ...)
+{
+    va_list ap;
+
+    if (p->failed != CHORUS_SUCCESS) return p->failed;
+    va_start(ap, fmt);
+    vsnprintf(p->why, sizeof(p->why), fmt, ap);
+    va_end(ap);
+    p->failed = status;
+    if (tp->unreported == CHORUS_SUCCESS) tp->unreported = status;
+    chorus__error(status, "rank %d: shm: %s", tp->rank, p->why);
+    fail_queue(&p->sq_head, &p->sq_tail, status);
+    fail_queue(&p->rq_head, &p->rq_tail, status);
+    return status;
+}
+
+static void enqueue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p, chorus_tp_req_t *req)
+{
+    req->next = NULL;
+    if (*tail_p != NULL) (*tail_p)->next = req;
+    else *head_p = req;
+    *tail_p = req;
+}
+
+static void dequeue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p)
+{
+    *head_p = (*head_p)->next;
+    if (*head_p == NULL) *tail_p = NULL;
+}
+
+/* Pushes queued sends into the peer's ring as far as it has room. */
+static chorus_status_t peer_tx(shm_tp_t *tp, shm_peer_t *p)
+{
+    unsigned moved = 0;
+
+    while (p->sq_head != NULL) {
+        chorus_tp_req_t *req = p->sq_head;
+        uint64_t cur = req->offset;
+        unsigned f = shm_ring_tx(&p->tx, req->buf, req->bytes, &cur);
+
+        req->offset = cur;
+        moved |= f;
+        if (f & SHM_RING_CORRUPT) {
+            return shm_peer_fail(tp, p, CHORUS_ERR_REMOTE,
+                                 "peer %d corrupted the counters of our ring to it", p->rank);
+        }
+        if (!(f & SHM_RING_DONE)) break;
+        dequeue(&p->sq_head, &p->sq_tail);
+        complete(req, CHORUS_SUCCESS);
+    }
+    if (moved & SHM_RING_MOVED) shm_notify(p);
+    return CHORUS_SUCCESS;
+}
+
+/* Copies arrived messages into the queued receives, in order. */
+static chorus_status_t peer_rx(shm_tp_t *tp, shm_peer_t *p)
+{
+    unsigned moved = shm_ring_rx_drain(&p->rx);
+
+    while (p->rq_head != NULL && !(moved & SHM_RING_CORRUPT)) {
+        chorus_tp_req_t *req = p->rq_head;
+        uint64_t cur = req->offset, len = 0;
+        unsigned f = shm_ring_rx(&p->rx, req->buf, req->bytes, &cur, &len);
+
+        req->offset = cur;
+        moved |= f;
+        if (f & SHM_RING_CORRUPT) break;
+        if (!(f & SHM_RING_DONE)) break;
+        dequeue(&p->rq_head, &p->rq_tail);
+        if (f & SHM_RING_MISMATCH) {
+            /* The stream stays in step (the payload is skipped), so only this receive
+             * fails; the engine reports the mismatch. */
+            complete(req, chorus__error(CHORUS_ERR_REMOTE,
+                                        "rank %d: shm: message from peer %d has %llu bytes, "
+                                        "the receive expects %zu", tp->rank, p->rank,
+                                        (unsigned long long)len, req->bytes));
+        } else {
+            complete(req, CHORUS_SUCCESS);
+        }
+    }
+    if (moved & SHM_RING_MOVED) shm_notify(p);
+    if (moved & SHM_RING_CORRUPT) {
+        return shm_peer_fail(tp, p, CHORUS_ERR_REMOTE,
+                             "peer %d sent a corrupt message header or counter", p->rank);
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* Fails a peer that died or closed, once what it sent before is delivered. */
+static chorus_status_t peer_check(shm_tp_t *tp, shm_peer_t *p)
+{
+    int closed, dead;
+
+    if (p->failed != CHORUS_SUCCESS || (p->sq_head == NULL && p->rq_head == NULL)) {
+        return CHORUS_SUCCESS;
+    }
+    closed = atomic_load(&p->seg.hdr->closed) != 0;
+    dead = !closed && p->pid_check && shm_pid_dead(p->blob.pid);
+    if (!closed && !dead) return CHORUS_SUCCESS;
+    /* Its last messages may still be in our ring: deliver them first. */
+    if (peer_rx(tp, p) != CHORUS_SUCCESS && p->failed != CHORUS_SUCCESS) return p->failed;
+    if (p->sq_head == NULL && (p->rq_head == NULL || shm_ring_rx_ready(&p->rx))) {
+        return CHORUS_SUCCESS;
+    }
+    if (closed) {
+        return shm_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d closed its connection", p->rank);
+    }
+    return shm_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d (pid %u) died", p->rank, p->blob.pid);
+}
+
+static chorus_status_t check_peers(shm_tp_t *tp, int force)
+{
+    chorus_status_t first = CHORUS_SUCCESS;
+    uint64_t now = chorus__now_ns();
+
+    if (!force && now - tp->last_check_ns < SHM_CHECK_NS) return CHORUS_SUCCESS;
+    tp->last_check_ns = now;
+    for (int i = 0; i < tp->npeers; i++) {
+        chorus_status_t status = peer_check(tp, &tp->peers[i]);
+
+        if (first == CHORUS_SUCCESS) first = status;
+    }
+    return first;
+}
+
+static chorus_status_t post_check(shm_tp_t *tp, int peer, const void *buf, size_t bytes,
+                                  chorus_tp_req_t *req, const char *what)
+{
+    if (!tp->connected || peer < 0 || peer >= tp->nranks || tp->by_rank[peer] == NULL) {
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: shm: %s with peer %d, which is not connected", tp->rank,
+                             what, peer);
+    }
+    if (req == NULL || (buf == NULL && bytes > 0) || (uint64_t)bytes >= SHM_MSG_MAX) {
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: shm: %s with peer %d: bad "
+                             "arguments", tp->rank, what, peer);
+    }
+    return CHORUS_SUCCESS;
+}
+
+static void req_init(chorus_tp_req_t *req, int peer, const void *buf, size_t bytes, int kind)
+{
+    req->done = 0;
+    req->status = CHORUS_SUCCESS;
+    req->next = NULL;
+    req->buf = (void *)buf;
+    req->bytes = bytes;
+    req->offset = 0;
+    req->peer = peer;
+    req->kind = kind;
+}
+
+static chorus_status_t shm_isend(chorus_tp_t *tp_, int peer, const void *buf, size_t bytes,
+                                 chorus_tp_req_t *req)
+{
+    shm_tp_t *tp = (shm_tp_t *)tp_;
+    chorus_status_t status = post_check(tp, peer, buf, bytes, req, "isend");
+    shm_peer_t *p;
+
+    if (status != CHORUS_SUCCESS) return status;
+    p = tp->by_rank[peer];
+    req_init(req, peer, buf, bytes, SHM_REQ_SEND);
+    if (p->failed != CHORUS_SUCCESS) {
+        complete(req, chorus__error(p->failed, "rank %d: shm: %s", tp->rank, p->why));
+        return CHORUS_SUCCESS;
+    }
+    enqueue(&p->sq_head, &p->sq_tail, req);
+    /* Start at once when first in line: a small message is then done before the engine
+     * comes back, which is most of the latency. */
+    if (p->sq_head == req) peer_tx(tp, p);
+    return CHORUS_SUCCESS;
+}
+
+static chorus_status_t shm_irecv(chorus_tp_t *tp_, int peer, void *buf, size_t bytes,
+                                 chorus_tp_req_t *req)
+{
+    shm_tp_t *tp = (shm_tp_t *)tp_;
+    chorus_status_t status = post_check(tp, peer, buf, bytes, req, "irecv");
+    shm_peer_t *p;
+
+    if (status != CHORUS_SUCCESS) return status;
+    p = tp->by_rank[peer];
+    req_init(req, peer, buf, bytes, SHM_REQ_RECV);
+    if (p->failed != CHORUS_SUCCESS) {
+        complete(req, chorus__error(p->failed, "rank %d: shm: %s", tp->rank, p->why));
+        return CHORUS_SUCCESS;
+    }
+    enqueue(&p->rq_head, &p->rq_tail, req);
+    if (p->rq_head == req) peer_rx(tp, p);
+    return CHORUS_SUCCESS;
+}
+
+static chorus_status_t shm_progress(chorus_tp_t *tp_)
+{
+    shm_tp_t *tp = (shm_tp_t *)tp_;
+    chorus_status_t first = CHORUS_SUCCESS;
+    int pending = 0;
+
+    for (int i = 0; i < tp->npeers; i++) {
+        shm_peer_t *p = &tp->peers[i];
+        chorus_status_t status = CHORUS_SUCCESS;
+
+        if (p->failed != CHORUS_SUCCESS) continue;
+        if (p->sq_head != NULL) status = peer_tx(tp, p);
+        if (status == CHORUS_SUCCESS && (p->rq_head != NULL || p->rx.discard > 0)) {
+            peer_rx(tp, p);
+        }
+        pending |= p->sq_head != NULL || p->rq_head != NULL;
+    }
+    if (pending) check_peers(tp, 0);
+    /* Peer failures are returned once, by the progress() call that follows them. */
+    if (tp->unreported != CHORUS_SUCCESS) {
+        first = tp->unreported;
+        tp->unreported = CHORUS_SUCCESS;
+    }
+    return first;
+}
+
+/* Nonzero if progress() could move something now. */
+static int has_work(shm_tp_t *tp)
+{
+    for (int i = 0; i < tp->npeers; i++) {
+        shm_peer_t *p = &tp->peers[i];
+
+        if (p->failed != CHORUS_SUCCESS) continue;
+        if ((p->rq_head != NULL || p->rx.discard > 0) && shm_ring_rx_ready(&p->rx)) return 1;
+        if (p->sq_head != NULL && shm_ring_tx_ready(&p->tx)) return 1;
+        if ((p->sq_head != NULL || p->rq_head != NULL) && atomic_load(&p->seg.hdr->closed)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static chorus_status_t shm_wait(chorus_tp_t *tp_, uint64_t timeout_us)
+{
+    shm_tp_t *tp = (shm_tp_t *)tp_;
+    shm_seg_hdr_t *hdr = tp->own.hdr;
+    uint32_t bell;
+
+    if (!tp->connected) return CHORUS_SUCCESS;
+    if (tp->params.abort_flag != NULL && *tp->params.abort_flag) {
+        return chorus__error(CHORUS_ERR_ABORTED, "rank %d: shm: wait aborted", tp->rank);
+    }
+    /* Sleep in slices so that dead peers are noticed even if nobody wakes us. */
+    if (timeout_us > SHM_CHECK_NS / 1000) timeout_us = SHM_CHECK_NS / 1000;
+    atomic_store(&hdr->sleeping, 1);
+    bell = atomic_load(&hdr->doorbell);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!has_work(tp) && timeout_us > 0) shm_futex_wait(&hdr->doorbell, bell, timeout_us);
+    atomic_store(&hdr->sleeping, 0);
+    /* What it finds is returned by the next progress(), like any peer failure. */
+    check_peers(tp, 0);
+    return CHORUS_SUCCESS;
+}
+
+const chorus_tp_ops_t chorus__tp_shm_ops = {
+    .size = sizeof(chorus_tp_ops_t),
+    .name = "shm",
+    .caps = CHORUS_TP_CAP_HOST_MEM | CHORUS_TP_CAP_SAME_HOST,
+    .init = shm_init,
+    .get_addr = shm_get_addr,
+    .connect_all = shm_connect_all,
+    .isend = shm_isend,
+    .irecv = shm_irecv,
+    .progress = shm_progress,
+    .wait = shm_wait,
+    .reg_mem = NULL,
+    .dereg_mem = NULL,
+    .fini = shm_fini,
+};

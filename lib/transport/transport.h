@@ -1,0 +1,112 @@
+/*
+ * The transport interface. A transport moves bytes between this rank and its peers; it
+ * knows nothing about collectives. One instance serves one communicator and a set of
+ * peers (a mask chosen by the core: e.g. shm for same-host peers, tcp for the rest).
+ *
+ * Contract shared by every transport:
+ * - Messages from rank A to rank B arrive in the order A posted them, and each is matched
+ *   to the irecv that B posted for A in the same position. A message and its receive must
+ *   have the same length; a different length completes the receive with
+ *   CHORUS_ERR_REMOTE (the engine reports it as a mismatch). Zero-length messages are
+ *   valid and are delivered (they synchronise).
+ * - isend/irecv never block. A request is complete when req->done is nonzero; req->status
+ *   then says how it ended. The caller owns the request memory and the buffer until then.
+ * - A send may complete before the peer received (the transport buffered it) or only once
+ *   the peer received: callers must not rely on either.
+ * - progress() never blocks; wait() sleeps until there may be work, or timeout_us.
+ * - After a connection fails, every pending and later request on it completes with an
+ *   error naming the peer; progress() returns that error too.
+ * - Every connection proves knowledge of the job secret before any data flows.
+ */
+#ifndef CHORUS_TRANSPORT_H
+#define CHORUS_TRANSPORT_H
+
+#include "chorus.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHORUS_TP_BLOB_MAX 256 /* largest address blob a transport may produce */
+
+/* Capability bits. */
+#define CHORUS_TP_CAP_HOST_MEM (1u << 0)   /* can send from / receive into host memory */
+#define CHORUS_TP_CAP_DEVICE_MEM (1u << 1) /* can touch CUDA device memory directly */
+#define CHORUS_TP_CAP_PUT (1u << 2)        /* one-sided put with notification */
+#define CHORUS_TP_CAP_SAME_HOST (1u << 3)  /* only reaches peers on the same host */
+
+/* A request. The first fields are the result; the rest are scratch space owned by the
+ * transport while the request is pending (intrusive links, progress counters). */
+typedef struct chorus_tp_req {
+    volatile int done;
+    chorus_status_t status;
+    /* Owned by the transport while pending. */
+    struct chorus_tp_req *next;
+    void *buf;
+    size_t bytes;
+    size_t offset;
+    int peer;
+    int kind;
+    uint64_t priv[4];
+} chorus_tp_req_t;
+
+typedef struct {
+    int rank;
+    int nranks;
+    const uint8_t *secret; /* CHORUS_SECRET_BYTES bytes: connections must prove it */
+    uint64_t comm_id;      /* random per communicator; names shm segments, checked in hellos */
+    double timeout_s;      /* connection setup deadline (CHORUS_TIMEOUT) */
+    const volatile int *abort_flag; /* nonzero: give up waits with CHORUS_ERR_ABORTED */
+    /* The address to listen on (from bootstrap, the interface that reaches the root). */
+    const void *listen_addr; /* struct sockaddr_storage *, port ignored */
+} chorus_tp_params_t;
+
+typedef struct chorus_tp chorus_tp_t; /* each transport defines its own */
+
+typedef struct chorus_tp_ops {
+    size_t size;          /* sizeof(chorus_tp_ops_t) when the table was built: lets it grow */
+    const char *name;     /* "tcp", "shm", "virtual" */
+    uint32_t caps;        /* CHORUS_TP_CAP_* */
+
+    /* Creates an instance and whatever it listens on. Does not block. */
+    chorus_status_t (*init)(const chorus_tp_params_t *params, chorus_tp_t **tp_p);
+
+    /* Writes the address blob peers need to reach this rank (at most CHORUS_TP_BLOB_MAX
+     * bytes). The core exchanges blobs with an out-of-band allgather. */
+    chorus_status_t (*get_addr)(chorus_tp_t *tp, void *blob, size_t *len_p);
+
+    /* Connects to every peer p with peer_mask[p] != 0; blobs holds nranks blobs of
+     * CHORUS_TP_BLOB_MAX bytes each, indexed by rank. Collective among the masked peers
+     * (each rank calls it with masks that agree pairwise). Blocks until all are connected
+     * and authenticated, or until deadline_ns (CHORUS_ERR_TIMEOUT) or abort. Strangers that
+     * connect meanwhile are refused, logged, and do not disturb the setup. */
+    chorus_status_t (*connect_all)(chorus_tp_t *tp, const uint8_t *peer_mask,
+                                   const void *blobs, uint64_t deadline_ns);
+
+    /* Posts a send of bytes from buf to peer / a receive from peer into buf. Never block.
+     * An error return means the request was not posted. */
+    chorus_status_t (*isend)(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
+                             chorus_tp_req_t *req);
+    chorus_status_t (*irecv)(chorus_tp_t *tp, int peer, void *buf, size_t bytes,
+                             chorus_tp_req_t *req);
+
+    /* Moves data for pending requests and completes them. Never blocks. Returns the
+     * first connection error seen (the affected requests are completed with it). */
+    chorus_status_t (*progress)(chorus_tp_t *tp);
+
+    /* Sleeps until there may be something for progress() to do, or timeout_us passes.
+     * May return early. Callers spin and yield first: this is for long idle spells. */
+    chorus_status_t (*wait)(chorus_tp_t *tp, uint64_t timeout_us);
+
+    /* Memory registration; NULL where not needed. */
+    chorus_status_t (*reg_mem)(chorus_tp_t *tp, void *buf, size_t bytes, void **handle_p);
+    chorus_status_t (*dereg_mem)(chorus_tp_t *tp, void *handle);
+
+    /* Closes every connection and frees the instance. Never blocks for long. */
+    void (*fini)(chorus_tp_t *tp);
+} chorus_tp_ops_t;
+
+/* The transports built into this library. */
+extern const chorus_tp_ops_t chorus__tp_tcp_ops;
+extern const chorus_tp_ops_t chorus__tp_shm_ops;
+
+#endif

@@ -1,0 +1,178 @@
+/* The one table of CHORUS_* variables, read from the environment once. */
+#include "util/config.h"
+
+#include "util/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const chorus_config_entry_t config_table[] = {
+    /* Logging. */
+    {"CHORUS_DEBUG", CHORUS_CFG_STRING, "none", "log level: none, warn, info or trace"},
+    {"CHORUS_DEBUG_FILE", CHORUS_CFG_STRING, NULL,
+     "log to this file instead of stderr (%h: host name, %p: pid)"},
+    /* Rendezvous and launch. */
+    {"CHORUS_UNIQUE_ID", CHORUS_CFG_STRING, NULL,
+     "hex unique id given by chorusrun; overrides CHORUS_ROOT and the secret"},
+    {"CHORUS_ROOT", CHORUS_CFG_STRING, NULL,
+     "host:port of the rendezvous root for chorus_comm_init_env (else MASTER_ADDR:MASTER_PORT)"},
+    {"CHORUS_SECRET", CHORUS_CFG_STRING, NULL,
+     "job secret, 32 hex digits, for chorus_comm_init_env (never logged)"},
+    {"CHORUS_SECRET_FILE", CHORUS_CFG_STRING, NULL,
+     "0600 file holding the job secret (default ~/.chorus/secret, created when missing)"},
+    {"CHORUS_RANK", CHORUS_CFG_INT, NULL, "rank of this process (else RANK, OMPI, SLURM, PMI)"},
+    {"CHORUS_WORLD_SIZE", CHORUS_CFG_INT, NULL, "number of ranks (else WORLD_SIZE, ...)"},
+    {"CHORUS_LOCAL_RANK", CHORUS_CFG_INT, NULL, "rank among the ranks of this host (chorusrun)"},
+    {"CHORUS_LOCAL_SIZE", CHORUS_CFG_INT, NULL, "number of ranks on this host (chorusrun)"},
+    {"CHORUS_HOSTID", CHORUS_CFG_STRING, NULL,
+     "host identity (default: hostname and boot id); ranks with equal ids use shm"},
+    {"CHORUS_SOCKET_IFNAME", CHORUS_CFG_STRING, NULL,
+     "network interface to listen on (default: the one routing to the root)"},
+    {"CHORUS_TIMEOUT", CHORUS_CFG_SECONDS, "300",
+     "seconds any blocking wait may last before CHORUS_ERR_TIMEOUT (0: no deadline)"},
+    /* Algorithms and transports. */
+    {"CHORUS_ALGO", CHORUS_CFG_STRING, "auto", "force an algorithm: auto, ring, tree or rd"},
+    {"CHORUS_TRANSPORT", CHORUS_CFG_STRING, "auto",
+     "force a transport for all peers: auto (shm same host, tcp otherwise), shm or tcp"},
+    {"CHORUS_CHUNK_SIZE", CHORUS_CFG_SIZE, "512K", "pipeline chunk size of the algorithms"},
+    {"CHORUS_SHM_RING_SIZE", CHORUS_CFG_SIZE, "4M", "bytes of each shared-memory inbound ring"},
+    {"CHORUS_TCP_BUF", CHORUS_CFG_SIZE, "4M", "TCP socket send and receive buffer size"},
+    /* Waiting. */
+    {"CHORUS_SPIN_US", CHORUS_CFG_SECONDS, "20",
+     "microseconds a wait spins before it starts yielding the core"},
+    {"CHORUS_YIELD_US", CHORUS_CFG_SECONDS, "2000",
+     "microseconds a wait yields before it sleeps in the transport"},
+};
+
+#define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
+
+static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *config_values[CONFIG_COUNT]; /* copies of the environment at load time */
+static int config_loaded;
+
+static void load_locked(void)
+{
+    for (size_t i = 0; i < CONFIG_COUNT; i++) {
+        free(config_values[i]);
+        config_values[i] = NULL;
+        const char *v = getenv(config_table[i].name);
+        if (v != NULL && v[0] != '\0') config_values[i] = strdup(v);
+    }
+    config_loaded = 1;
+}
+
+static int find(const char *name)
+{
+    for (size_t i = 0; i < CONFIG_COUNT; i++) {
+        if (strcmp(config_table[i].name, name) == 0) return (int)i;
+    }
+    return -1;
+}
+
+const char *chorus__config_str(const char *name)
+{
+    int i = find(name);
+    if (i < 0) return NULL;
+    pthread_mutex_lock(&config_lock);
+    if (!config_loaded) load_locked();
+    const char *v = config_values[i] != NULL ? config_values[i] : config_table[i].default_value;
+    pthread_mutex_unlock(&config_lock);
+    return v;
+}
+
+void chorus__config_reload(void)
+{
+    pthread_mutex_lock(&config_lock);
+    load_locked();
+    pthread_mutex_unlock(&config_lock);
+}
+
+int chorus__parse_size(const char *text, uint64_t *bytes_p)
+{
+    char *end;
+    errno = 0;
+    if (text == NULL || text[0] == '-') return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno != 0 || end == text) return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: return -1;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end != '\0') return -1;
+    if (shift != 0 && v > (UINT64_MAX >> shift)) return -1;
+    *bytes_p = (uint64_t)v << shift;
+    return 0;
+}
+
+/* Logged once per variable and load, so a bad value does not flood the log. */
+static void warn_bad(const char *name, const char *value)
+{
+    CHORUS_WARN("config", "ignoring %s=\"%s\": not a valid value", name, value);
+}
+
+int64_t chorus__config_int(const char *name, int64_t fallback)
+{
+    const char *v = chorus__config_str(name);
+    if (v == NULL) return fallback;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0') {
+        warn_bad(name, v);
+        return fallback;
+    }
+    return x;
+}
+
+uint64_t chorus__config_size(const char *name, uint64_t fallback)
+{
+    const char *v = chorus__config_str(name);
+    uint64_t bytes;
+    if (v == NULL) return fallback;
+    if (chorus__parse_size(v, &bytes) != 0) {
+        warn_bad(name, v);
+        return fallback;
+    }
+    return bytes;
+}
+
+double chorus__config_seconds(const char *name, double fallback)
+{
+    const char *v = chorus__config_str(name);
+    if (v == NULL) return fallback;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno != 0 || end == v || *end != '\0' || x < 0) {
+        warn_bad(name, v);
+        return fallback;
+    }
+    return x;
+}
+
+const chorus_config_entry_t *chorus__config_table(size_t *count_p)
+{
+    *count_p = CONFIG_COUNT;
+    return config_table;
+}
+
+void chorus__config_print(FILE *out)
+{
+    static const char *type_names[] = {"string", "int", "size", "seconds"};
+    for (size_t i = 0; i < CONFIG_COUNT; i++) {
+        const chorus_config_entry_t *e = &config_table[i];
+        const char *v = chorus__config_str(e->name);
+        int secret = strcmp(e->name, "CHORUS_SECRET") == 0 || strcmp(e->name, "CHORUS_UNIQUE_ID") == 0;
+        fprintf(out, "%-22s %-8s = %-12s (default %s)\n    %s\n", e->name, type_names[e->type],
+                v == NULL ? "<unset>" : (secret ? "<hidden>" : v),
+                e->default_value ? e->default_value : "unset", e->help);
+    }
+}

@@ -1,0 +1,678 @@
+/*
+ * Unit test of the schedule builder and of every algorithm, run through the engine over
+ * the virtual transport: all ranks of a collective live in this process and are advanced
+ * round robin until every schedule is done. A full pass in which no rank moves is a
+ * deadlock (the virtual transport has no timers), and the stuck schedules are printed.
+ *
+ * Integer data with a closed-form expected value makes the checks exact: rank r's
+ * element i is (A * i + B * r + C) mod 2^bits, so the sum over ranks is known without
+ * a loop. Other ops use a less regular pattern and a brute-force reference.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "algo/algo.h"
+#include "core/engine.h"
+#include "transport/virtual/virtual.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BIG_COUNT 1000003u
+
+typedef struct {
+    chorus_algo_t algo;
+    chorus_coll_t coll;
+    int n;
+    uint64_t count;
+    int root;
+    uint64_t chunk;
+    int inplace;
+    chorus_dtype_t dtype;
+    chorus_op_t op;
+    int pattern; /* 0: linear (closed-form sum), 1: irregular small values */
+} tc_t;
+
+typedef struct {
+    chorus_sched_t sched;
+    chorus_exec_t exec;
+    char *alloc[2];
+    char *send, *recv, *scratch;
+    int done;
+} trank_t;
+
+/* ---- Values ---- */
+
+static uint64_t width_mask(size_t es)
+{
+    return es >= 8 ? ~(uint64_t)0 : (((uint64_t)1 << (8 * es)) - 1);
+}
+
+static uint64_t val(const tc_t *t, int r, uint64_t i)
+{
+    if (t->pattern == 0) return i * 7 + (uint64_t)r * 13 + 1;
+    return ((i * 37 + (uint64_t)r * 101 + (i * (uint64_t)r) % 17) % 251) + 1;
+}
+
+static uint64_t load(const char *buf, size_t es, uint64_t i)
+{
+    const char *p = buf + i * es;
+    uint8_t u8;
+    uint16_t u16;
+    uint32_t u32;
+    uint64_t u64;
+
+    switch (es) {
+    case 1: memcpy(&u8, p, 1); return u8;
+    case 2: memcpy(&u16, p, 2); return u16;
+    case 4: memcpy(&u32, p, 4); return u32;
+    default: memcpy(&u64, p, 8); return u64;
+    }
+}
+
+static void store(char *buf, size_t es, uint64_t i, uint64_t v)
+{
+    char *p = buf + i * es;
+    uint8_t u8 = (uint8_t)v;
+    uint16_t u16 = (uint16_t)v;
+    uint32_t u32 = (uint32_t)v;
+
+    switch (es) {
+    case 1: memcpy(p, &u8, 1); break;
+    case 2: memcpy(p, &u16, 2); break;
+    case 4: memcpy(p, &u32, 4); break;
+    default: memcpy(p, &v, 8); break;
+    }
+}
+
+/* op over all ranks of val(r, i), modulo 2^bits (values stay positive, so MIN and MAX
+ * compare alike signed or not). */
+static uint64_t reduced(const tc_t *t, uint64_t i, size_t es)
+{
+    uint64_t n = (uint64_t)t->n, acc;
+    int r;
+
+    if (t->op == CHORUS_SUM && t->pattern == 0)
+        return (n * (i * 7 + 1) + 13 * (n * (n - 1) / 2)) & width_mask(es);
+    acc = val(t, 0, i) & width_mask(es);
+    for (r = 1; r < t->n; r++) {
+        uint64_t v = val(t, r, i) & width_mask(es);
+        switch (t->op) {
+        case CHORUS_SUM: acc = acc + v; break;
+        case CHORUS_PROD: acc = acc * v; break;
+        case CHORUS_MIN: acc = v < acc ? v : acc; break;
+        default: acc = v > acc ? v : acc; break;
+        }
+        acc &= width_mask(es);
+    }
+    return acc;
+}
+
+/* ---- Layout ---- */
+
+static int is_root_coll(chorus_coll_t c)
+{
+    return c == CHORUS_COLL_BROADCAST || c == CHORUS_COLL_REDUCE;
+}
+
+/* Elements of the send and receive buffers of rank r (0: the buffer is not passed). */
+static void buf_elems(const tc_t *t, int r, uint64_t *send_p, uint64_t *recv_p)
+{
+    uint64_t c = t->count, nc = (uint64_t)t->n * t->count;
+
+    switch (t->coll) {
+    case CHORUS_COLL_ALLGATHER: *send_p = c; *recv_p = nc; break;
+    case CHORUS_COLL_REDUCE_SCATTER: *send_p = nc; *recv_p = c; break;
+    case CHORUS_COLL_ALLTOALL: *send_p = nc; *recv_p = nc; break;
+    case CHORUS_COLL_BARRIER: *send_p = 0; *recv_p = 0; break;
+    case CHORUS_COLL_BROADCAST: *send_p = r == t->root ? c : 0; *recv_p = c; break;
+    case CHORUS_COLL_REDUCE: *send_p = c; *recv_p = r == t->root ? c : 0; break;
+    default: *send_p = c; *recv_p = c; break;
+    }
+}
+
+static char *xalloc(uint64_t elems, size_t es, int fill)
+{
+    char *p;
+
+    if (elems == 0) return NULL;
+    p = malloc((size_t)(elems * es));
+    assert_non_null(p);
+    memset(p, fill, (size_t)(elems * es));
+    return p;
+}
+
+/* Allocates rank r's buffers in the layout chorus.h gives for in-place calls. */
+static void setup_bufs(const tc_t *t, int r, trank_t *tr, size_t es)
+{
+    uint64_t ns, nr, i, c = t->count;
+
+    buf_elems(t, r, &ns, &nr);
+    if (!t->inplace || ns == 0 || nr == 0) {
+        tr->send = tr->alloc[0] = xalloc(ns, es, 0);
+        tr->recv = tr->alloc[1] = xalloc(nr, es, 0xEE);
+    } else if (t->coll == CHORUS_COLL_ALLGATHER) {
+        tr->recv = tr->alloc[0] = xalloc(nr, es, 0xEE);
+        tr->send = tr->recv + (uint64_t)r * c * es;
+    } else if (t->coll == CHORUS_COLL_REDUCE_SCATTER) {
+        tr->send = tr->alloc[0] = xalloc(ns, es, 0);
+        tr->recv = tr->send + (uint64_t)r * c * es;
+    } else {
+        tr->send = tr->recv = tr->alloc[0] = xalloc(ns > nr ? ns : nr, es, 0);
+    }
+    for (i = 0; i < ns; i++) {
+        if (t->dtype == CHORUS_FLOAT32) {
+            /* Sums of these depend on the order of addition in the last bits. */
+            float f = (float)(1.0 / (double)(r + 1) + (double)i * 1e-3);
+            memcpy(tr->send + i * es, &f, 4);
+        } else {
+            store(tr->send, es, i, val(t, r, i));
+        }
+    }
+}
+
+/* ---- Running ---- */
+
+static void describe(const tc_t *t, char *out, size_t len)
+{
+    snprintf(out, len, "%s %s n=%d count=%llu root=%d chunk=%llu %s %s %s",
+             chorus__algo_name(t->algo), chorus__coll_name(t->coll), t->n,
+             (unsigned long long)t->count, t->root, (unsigned long long)t->chunk,
+             t->inplace ? "in-place" : "out-of-place", chorus_dtype_name(t->dtype),
+             chorus_op_name(t->op));
+}
+
+static void report_stuck(const tc_t *t, trank_t *ranks)
+{
+    char what[256];
+    int r, printed = 0;
+
+    describe(t, what, sizeof(what));
+    print_error("deadlock: %s\n", what);
+    for (r = 0; r < t->n; r++) {
+        if (ranks[r].done) continue;
+        print_error("rank %d: %u of %u steps done\n", r, ranks[r].exec.ndone,
+                    ranks[r].sched.nsteps);
+        if (printed++ < 4 && ranks[r].sched.nsteps <= 200) chorus__sched_dump(&ranks[r].sched, stderr);
+    }
+}
+
+/* Builds every rank's schedule, runs them all, and leaves the results in ranks. */
+static trank_t *run_case(const tc_t *t)
+{
+    size_t es = chorus_dtype_size(t->dtype);
+    chorus_vworld_t *world = NULL;
+    chorus_peer_tp_t *peers;
+    trank_t *ranks;
+    int r, idle = 0;
+    char what[256];
+
+    describe(t, what, sizeof(what));
+    assert_int_equal(chorus__vworld_create(t->n, &world), CHORUS_SUCCESS);
+    ranks = calloc((size_t)t->n, sizeof(*ranks));
+    peers = calloc((size_t)t->n * (size_t)t->n, sizeof(*peers));
+    assert_non_null(ranks);
+    assert_non_null(peers);
+    for (r = 0; r < t->n; r++) {
+        chorus_coll_args_t a = {t->coll, r, t->n, t->count, t->root, t->chunk};
+        trank_t *tr = &ranks[r];
+        chorus_status_t st;
+        void *bufs[CHORUS_NUM_BUFS];
+        int p;
+
+        chorus__sched_init(&tr->sched, r, t->n);
+        st = chorus__algo_build(t->algo, &a, &tr->sched);
+        if (st != CHORUS_SUCCESS) fail_msg("%s: build failed on rank %d: %d", what, r, st);
+        setup_bufs(t, r, tr, es);
+        tr->scratch = xalloc(tr->sched.scratch_count, es, 0x5A);
+        for (p = 0; p < t->n; p++) {
+            peers[r * t->n + p].ops = &chorus__tp_virtual_ops;
+            peers[r * t->n + p].tp = chorus__vworld_tp(world, r);
+        }
+        bufs[CHORUS_BUF_SEND] = tr->send;
+        bufs[CHORUS_BUF_RECV] = tr->recv;
+        bufs[CHORUS_BUF_SCRATCH] = tr->scratch;
+        st = chorus__exec_start(&tr->exec, &tr->sched, bufs, t->dtype, t->op, &peers[r * t->n],
+                                &peers[r * t->n + r], 1, what);
+        assert_int_equal(st, CHORUS_SUCCESS);
+    }
+    for (;;) {
+        int all = 1, moved = 0;
+
+        for (r = 0; r < t->n; r++) {
+            int done = 0, progressed = 0;
+            chorus_status_t st;
+
+            if (ranks[r].done) continue;
+            st = chorus__exec_progress(&ranks[r].exec, &done, &progressed);
+            if (st != CHORUS_SUCCESS) fail_msg("%s: rank %d: %s", what, r, chorus_last_error());
+            ranks[r].done = done;
+            all &= done;
+            moved |= progressed;
+        }
+        if (all) break;
+        idle = moved ? 0 : idle + 1;
+        if (idle > 2) {
+            report_stuck(t, ranks);
+            fail_msg("%s: deadlock", what);
+        }
+    }
+    for (r = 0; r < t->n; r++) chorus__exec_fini(&ranks[r].exec);
+    free(peers);
+    chorus__vworld_destroy(world);
+    return ranks;
+}
+
+static void free_ranks(const tc_t *t, trank_t *ranks)
+{
+    int r;
+
+    for (r = 0; r < t->n; r++) {
+        chorus__sched_fini(&ranks[r].sched);
+        free(ranks[r].alloc[0]);
+        free(ranks[r].alloc[1]);
+        free(ranks[r].scratch);
+    }
+    free(ranks);
+}
+
+/* The value rank r must hold at recv index i. */
+static uint64_t expected(const tc_t *t, int r, uint64_t i, size_t es)
+{
+    uint64_t c = t->count;
+
+    switch (t->coll) {
+    case CHORUS_COLL_ALLGATHER: return val(t, (int)(i / c), i % c) & width_mask(es);
+    case CHORUS_COLL_REDUCE_SCATTER: return reduced(t, (uint64_t)r * c + i, es);
+    case CHORUS_COLL_BROADCAST: return val(t, t->root, i) & width_mask(es);
+    case CHORUS_COLL_ALLTOALL:
+        return val(t, (int)(i / c), (uint64_t)r * c + i % c) & width_mask(es);
+    default: return reduced(t, i, es);
+    }
+}
+
+static void check_case(const tc_t *t)
+{
+    size_t es = chorus_dtype_size(t->dtype);
+    trank_t *ranks = run_case(t);
+    int r;
+
+    for (r = 0; r < t->n; r++) {
+        uint64_t ns, nr, i;
+
+        buf_elems(t, r, &ns, &nr);
+        for (i = 0; i < nr; i++) {
+            uint64_t got = load(ranks[r].recv, es, i), want = expected(t, r, i, es);
+            if (got != want) {
+                char what[256];
+                describe(t, what, sizeof(what));
+                if (ranks[r].sched.nsteps <= 200) chorus__sched_dump(&ranks[r].sched, stderr);
+                fail_msg("%s: rank %d recv[%llu] = %llu, expected %llu", what, r,
+                         (unsigned long long)i, (unsigned long long)got,
+                         (unsigned long long)want);
+            }
+        }
+        /* The send buffer is read-only (out of place it must be untouched). */
+        if (!t->inplace)
+            for (i = 0; i < ns; i++)
+                if (load(ranks[r].send, es, i) != (val(t, r, i) & width_mask(es)))
+                    fail_msg("rank %d: send buffer changed at %llu", r, (unsigned long long)i);
+    }
+    free_ranks(t, ranks);
+}
+
+/* ---- The matrix ---- */
+
+static const int matrix_n[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,
+                               13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+                               25, 26, 27, 28, 29, 30, 31, 32, 33, 64};
+
+static int scales_with_n(chorus_coll_t c)
+{
+    return c == CHORUS_COLL_ALLGATHER || c == CHORUS_COLL_ALLTOALL ||
+           c == CHORUS_COLL_REDUCE_SCATTER;
+}
+
+static void matrix(chorus_algo_t algo, chorus_coll_t coll)
+{
+    size_t ni;
+
+    for (ni = 0; ni < sizeof(matrix_n) / sizeof(matrix_n[0]); ni++) {
+        int n = matrix_n[ni], ci, ri, k, ip;
+        uint64_t counts[5] = {0, 1, 7, (uint64_t)(n - 1), BIG_COUNT};
+        int roots[3] = {0, n - 1, n / 2};
+        uint64_t chunks[3] = {0, 3, 1000};
+
+        for (ci = 0; ci < 5; ci++) {
+            uint64_t count = counts[ci];
+            int big = count == BIG_COUNT;
+
+            if (ci == 3 && (count == 0 || count == 1 || count == 7)) continue;
+            /* Keep memory and time bounded: n * 1M-element buffers only up to 8 ranks, and
+             * big vectors on a spread of sizes rather than all 34. */
+            if (big && scales_with_n(coll) && n > 8) continue;
+            if (big && n > 8 && n != 13 && n != 17 && n != 31 && n != 33 && n != 64) continue;
+            for (ri = 0; ri < (is_root_coll(coll) ? 3 : 1); ri++) {
+                if (ri > 0 && roots[ri] == roots[ri - 1]) continue;
+                if (ri == 2 && roots[2] == roots[0]) continue;
+                for (k = 0; k < 3; k++) {
+                    if (big && k == 1) continue; /* 3-element chunks of 1M: 300K steps */
+                    for (ip = 0; ip < 2; ip++) {
+                        tc_t t = {algo, coll, n, count, roots[ri], chunks[k], ip,
+                                  big ? CHORUS_UINT8 : CHORUS_INT32, CHORUS_SUM, 0};
+                        check_case(&t);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void test_ring_allreduce(void **state) { (void)state; matrix(CHORUS_ALGO_RING, CHORUS_COLL_ALLREDUCE); }
+static void test_ring_allgather(void **state) { (void)state; matrix(CHORUS_ALGO_RING, CHORUS_COLL_ALLGATHER); }
+static void test_ring_reduce_scatter(void **state) { (void)state; matrix(CHORUS_ALGO_RING, CHORUS_COLL_REDUCE_SCATTER); }
+static void test_ring_broadcast(void **state) { (void)state; matrix(CHORUS_ALGO_RING, CHORUS_COLL_BROADCAST); }
+static void test_ring_reduce(void **state) { (void)state; matrix(CHORUS_ALGO_RING, CHORUS_COLL_REDUCE); }
+static void test_tree_allreduce(void **state) { (void)state; matrix(CHORUS_ALGO_TREE, CHORUS_COLL_ALLREDUCE); }
+static void test_tree_broadcast(void **state) { (void)state; matrix(CHORUS_ALGO_TREE, CHORUS_COLL_BROADCAST); }
+static void test_tree_reduce(void **state) { (void)state; matrix(CHORUS_ALGO_TREE, CHORUS_COLL_REDUCE); }
+static void test_rd_allreduce(void **state) { (void)state; matrix(CHORUS_ALGO_RD, CHORUS_COLL_ALLREDUCE); }
+static void test_pairwise_alltoall(void **state) { (void)state; matrix(CHORUS_ALGO_PAIRWISE, CHORUS_COLL_ALLTOALL); }
+
+/* A barrier has no data: check that it completes on every size and that no rank can
+ * finish before every rank has started (rank 0 alone must not get through). */
+static void test_dissemination_barrier(void **state)
+{
+    size_t ni;
+
+    (void)state;
+    for (ni = 0; ni < sizeof(matrix_n) / sizeof(matrix_n[0]); ni++) {
+        tc_t t = {CHORUS_ALGO_DISSEMINATION, CHORUS_COLL_BARRIER, matrix_n[ni], 0, 0, 0, 0,
+                  CHORUS_INT32, CHORUS_SUM, 0};
+        free_ranks(&t, run_case(&t));
+    }
+}
+
+static void test_barrier_waits_for_all(void **state)
+{
+    int n, late;
+
+    (void)state;
+    for (n = 2; n <= 17; n++) {
+        for (late = 0; late < n; late++) {
+            chorus_vworld_t *world = NULL;
+            chorus_sched_t *s = calloc((size_t)n, sizeof(*s));
+            chorus_exec_t *x = calloc((size_t)n, sizeof(*x));
+            chorus_peer_tp_t *peers = calloc((size_t)n * (size_t)n, sizeof(*peers));
+            char *scratch = calloc(64, 8);
+            int r, p, iter, done = 0, prog;
+
+            assert_int_equal(chorus__vworld_create(n, &world), CHORUS_SUCCESS);
+            for (r = 0; r < n; r++) {
+                chorus_coll_args_t a = {CHORUS_COLL_BARRIER, r, n, 0, 0, 0};
+                void *bufs[CHORUS_NUM_BUFS] = {NULL, NULL, scratch};
+
+                chorus__sched_init(&s[r], r, n);
+                assert_int_equal(chorus__algo_build(CHORUS_ALGO_AUTO, &a, &s[r]), CHORUS_SUCCESS);
+                for (p = 0; p < n; p++) {
+                    peers[r * n + p].ops = &chorus__tp_virtual_ops;
+                    peers[r * n + p].tp = chorus__vworld_tp(world, r);
+                }
+                assert_int_equal(chorus__exec_start(&x[r], &s[r], bufs, CHORUS_INT32, CHORUS_SUM,
+                                                    &peers[r * n], &peers[r * n + r], 1, "barrier"),
+                                 CHORUS_SUCCESS);
+            }
+            /* Everyone but `late` runs for a while: nobody may finish. */
+            for (iter = 0; iter < 50; iter++)
+                for (r = 0; r < n; r++) {
+                    if (r == late) continue;
+                    assert_int_equal(chorus__exec_progress(&x[r], &done, &prog), CHORUS_SUCCESS);
+                    if (done) fail_msg("n=%d: rank %d left the barrier before rank %d came", n, r, late);
+                }
+            for (r = 0; r < n; r++) {
+                chorus__exec_fini(&x[r]);
+                chorus__sched_fini(&s[r]);
+            }
+            chorus__vworld_destroy(world);
+            free(s);
+            free(x);
+            free(peers);
+            free(scratch);
+        }
+    }
+}
+
+/* ---- Ops, floats ---- */
+
+static void test_ops(void **state)
+{
+    static const struct {
+        chorus_algo_t algo;
+        chorus_coll_t coll;
+    } pairs[] = {
+        {CHORUS_ALGO_RING, CHORUS_COLL_ALLREDUCE},  {CHORUS_ALGO_RING, CHORUS_COLL_REDUCE_SCATTER},
+        {CHORUS_ALGO_RING, CHORUS_COLL_REDUCE},     {CHORUS_ALGO_TREE, CHORUS_COLL_ALLREDUCE},
+        {CHORUS_ALGO_TREE, CHORUS_COLL_REDUCE},     {CHORUS_ALGO_RD, CHORUS_COLL_ALLREDUCE},
+    };
+    static const int sizes[] = {2, 5, 8, 13};
+    size_t p, si;
+    int op, ip;
+
+    (void)state;
+    for (p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
+        for (si = 0; si < 4; si++)
+            for (op = CHORUS_SUM; op <= CHORUS_MAX; op++)
+                for (ip = 0; ip < 2; ip++) {
+                    tc_t t = {pairs[p].algo, pairs[p].coll, sizes[si], 100, sizes[si] / 2, 7, ip,
+                              CHORUS_INT32, (chorus_op_t)op, 1};
+                    check_case(&t);
+                    t.dtype = CHORUS_UINT64;
+                    check_case(&t);
+                }
+}
+
+/* Float allreduce: every rank must hold the very same bits, and they must be a sum. */
+static void test_float_bitwise(void **state)
+{
+    static const chorus_algo_t algos[] = {CHORUS_ALGO_RING, CHORUS_ALGO_TREE, CHORUS_ALGO_RD};
+    static const int sizes[] = {2, 3, 6, 7, 12, 13, 33};
+    size_t a, si;
+    int ip;
+
+    (void)state;
+    for (a = 0; a < 3; a++)
+        for (si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+            for (ip = 0; ip < 2; ip++) {
+                tc_t t = {algos[a], CHORUS_COLL_ALLREDUCE, sizes[si], 1001, 0, 17, ip,
+                          CHORUS_FLOAT32, CHORUS_SUM, 2};
+                trank_t *ranks;
+                uint64_t i;
+                int r, q;
+
+                ranks = run_case(&t);
+                for (r = 1; r < t.n; r++)
+                    if (memcmp(ranks[r].recv, ranks[0].recv, t.count * 4) != 0)
+                        fail_msg("%s n=%d %s: rank %d's float result differs from rank 0's",
+                                 chorus__algo_name(algos[a]), t.n, ip ? "in-place" : "oop", r);
+                for (i = 0; i < t.count; i++) {
+                    double want = 0;
+                    float got;
+                    for (q = 0; q < t.n; q++) want += 1.0 / (double)(q + 1) + (double)i * 1e-3;
+                    memcpy(&got, ranks[0].recv + i * 4, 4);
+                    if (fabs(got - want) > 1e-4 * fabs(want))
+                        fail_msg("float sum %llu: %g, expected %g", (unsigned long long)i, got, want);
+                }
+                free_ranks(&t, ranks);
+            }
+}
+
+/* ---- The builder ---- */
+
+static int overlap(chorus_ref_t a, uint64_t na, chorus_ref_t b, uint64_t nb)
+{
+    return a.buf == b.buf && a.off < b.off + nb && b.off < a.off + na;
+}
+
+/* The regions a step reads and writes, as the builder must see them (an empty message
+ * counts as one element). */
+static int accesses(const chorus_step_t *s, chorus_ref_t *ref, int *write)
+{
+    int n = 0;
+
+    switch (s->kind) {
+    case CHORUS_STEP_SEND: ref[n] = s->src; write[n++] = 0; break;
+    case CHORUS_STEP_RECV: ref[n] = s->dst; write[n++] = 1; break;
+    case CHORUS_STEP_REDUCE:
+        ref[n] = s->src; write[n++] = 0;
+        ref[n] = s->src2; write[n++] = 0;
+        ref[n] = s->dst; write[n++] = 1;
+        break;
+    default: ref[n] = s->src; write[n++] = 0; ref[n] = s->dst; write[n++] = 1; break;
+    }
+    return n;
+}
+
+static int conflict(const chorus_step_t *a, const chorus_step_t *b)
+{
+    chorus_ref_t ra[3], rb[3];
+    int wa[3], wb[3], na = accesses(a, ra, wa), nb = accesses(b, rb, wb), i, j;
+    uint64_t ca = a->count ? a->count : 1, cb = b->count ? b->count : 1;
+
+    for (i = 0; i < na; i++)
+        for (j = 0; j < nb; j++)
+            if ((wa[i] || wb[j]) && overlap(ra[i], ca, rb[j], cb)) return 1;
+    return 0;
+}
+
+/* Random schedules against brute force: every edge joins conflicting steps, ndeps
+ * counts the edges, and every conflicting pair is ordered by a path. */
+static void test_sched_dependencies(void **state)
+{
+    int iter;
+
+    (void)state;
+    srand(12345);
+    for (iter = 0; iter < 3000; iter++) {
+        chorus_sched_t s;
+        int n = 1 + rand() % 60, i, j, x;
+        uint32_t k, *nd;
+        char *reach;
+
+        chorus__sched_init(&s, 0, 2);
+        for (i = 0; i < n; i++) {
+            int kind = rand() % 4;
+            uint64_t c = (uint64_t)(rand() % 8);
+            chorus_ref_t a = chorus_ref((chorus_buf_id_t)(rand() % 3), (uint64_t)(rand() % 20));
+            chorus_ref_t b = chorus_ref((chorus_buf_id_t)(rand() % 3), (uint64_t)(rand() % 20));
+            chorus_ref_t d = chorus_ref((chorus_buf_id_t)(1 + rand() % 2), (uint64_t)(rand() % 20));
+
+            if (kind == 0) chorus__sched_send(&s, 1, a, c);
+            else if (kind == 1) chorus__sched_recv(&s, 1, d, c);
+            else if (kind == 2) chorus__sched_reduce(&s, d, a, b, c);
+            else chorus__sched_copy(&s, d, a, c);
+        }
+        assert_int_equal(chorus__sched_finalize(&s), CHORUS_SUCCESS);
+        n = (int)s.nsteps;
+        for (i = 0; i < n; i++)
+            if ((s.steps[i].kind == CHORUS_STEP_REDUCE || s.steps[i].kind == CHORUS_STEP_COPY))
+                assert_true(s.steps[i].count > 0);
+        reach = calloc((size_t)n * (size_t)n + 1, 1);
+        nd = calloc((size_t)n + 1, sizeof(*nd));
+        for (i = n - 1; i >= 0; i--) {
+            const chorus_step_t *st = &s.steps[i];
+            reach[i * n + i] = 1;
+            for (k = 0; k < st->nsucc; k++) {
+                j = (int)s.succ[st->succ_begin + k];
+                assert_true(j > i);
+                assert_true(conflict(st, &s.steps[j]));
+                nd[j]++;
+                for (x = 0; x < n; x++) reach[i * n + x] |= reach[j * n + x];
+            }
+        }
+        for (j = 0; j < n; j++) {
+            assert_int_equal(nd[j], s.steps[j].ndeps);
+            for (i = 0; i < j; i++)
+                if (conflict(&s.steps[i], &s.steps[j]) && !reach[i * n + j]) {
+                    chorus__sched_dump(&s, stderr);
+                    fail_msg("steps %d and %d conflict but are not ordered", i, j);
+                }
+        }
+        free(reach);
+        free(nd);
+        chorus__sched_fini(&s);
+    }
+}
+
+static void test_sched_scratch_and_errors(void **state)
+{
+    chorus_sched_t s;
+    chorus_coll_args_t a = {CHORUS_COLL_ALLTOALL, 0, 4, 10, 0, 0};
+
+    (void)state;
+    chorus__sched_init(&s, 0, 4);
+    assert_int_equal(chorus__sched_scratch(&s, 10), 0);
+    assert_int_equal(chorus__sched_scratch(&s, 5), 10);
+    assert_int_equal(s.scratch_count, 15);
+    chorus__sched_copy(&s, RECV_AT(0), SEND_AT(0), 0);
+    chorus__sched_reduce(&s, RECV_AT(0), SEND_AT(0), SEND_AT(0), 0);
+    chorus__sched_send(&s, 1, SEND_AT(0), 0);
+    assert_int_equal(s.nsteps, 1);
+    assert_int_equal(chorus__sched_finalize(&s), CHORUS_SUCCESS);
+    chorus__sched_fini(&s);
+
+    chorus__sched_init(&s, 0, 4);
+    assert_int_equal(chorus__algo_build(CHORUS_ALGO_RING, &a, &s), CHORUS_ERR_UNSUPPORTED);
+    chorus__sched_fini(&s);
+    a.coll = CHORUS_COLL_BROADCAST;
+    a.root = 4;
+    chorus__sched_init(&s, 0, 4);
+    assert_int_equal(chorus__algo_build(CHORUS_ALGO_RING, &a, &s), CHORUS_ERR_INVALID_ARGUMENT);
+    chorus__sched_fini(&s);
+}
+
+static void test_names(void **state)
+{
+    int a, c;
+
+    (void)state;
+    for (a = 0; a < CHORUS_NUM_ALGOS; a++)
+        assert_int_equal(chorus__algo_parse(chorus__algo_name((chorus_algo_t)a)), a);
+    assert_int_equal(chorus__algo_parse("RING"), CHORUS_ALGO_RING);
+    assert_int_equal(chorus__algo_parse("nope"), -1);
+    assert_int_equal(chorus__algo_parse(NULL), -1);
+    assert_null(chorus__algo_name(CHORUS_NUM_ALGOS));
+    assert_string_equal(chorus__coll_name(CHORUS_COLL_REDUCE_SCATTER), "reduce_scatter");
+    for (c = 0; c < CHORUS_NUM_COLLS; c++) assert_non_null(chorus__coll_name((chorus_coll_t)c));
+    assert_true(chorus__algo_supports(CHORUS_ALGO_TREE, CHORUS_COLL_REDUCE));
+    assert_false(chorus__algo_supports(CHORUS_ALGO_TREE, CHORUS_COLL_ALLGATHER));
+    assert_false(chorus__algo_supports(CHORUS_ALGO_AUTO, CHORUS_COLL_ALLREDUCE));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_sched_dependencies),
+        cmocka_unit_test(test_sched_scratch_and_errors),
+        cmocka_unit_test(test_ring_allreduce),
+        cmocka_unit_test(test_ring_allgather),
+        cmocka_unit_test(test_ring_reduce_scatter),
+        cmocka_unit_test(test_ring_broadcast),
+        cmocka_unit_test(test_ring_reduce),
+        cmocka_unit_test(test_tree_allreduce),
+        cmocka_unit_test(test_tree_broadcast),
+        cmocka_unit_test(test_tree_reduce),
+        cmocka_unit_test(test_rd_allreduce),
+        cmocka_unit_test(test_pairwise_alltoall),
+        cmocka_unit_test(test_dissemination_barrier),
+        cmocka_unit_test(test_barrier_waits_for_all),
+        cmocka_unit_test(test_ops),
+        cmocka_unit_test(test_float_bitwise),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,610 @@
+/*
+ * The public API on a one-rank communicator in one process: every bad argument of every
+ * entry point returns the documented status and a message naming the operation, and every
+ * valid call gives the exact result (with one rank, each collective is a copy).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chorus.h"
+
+#define N 37 /* odd, so no algorithm lines up with it by chance */
+
+static chorus_comm_t g_comm;
+
+/* The call returns `code`, and the thread's message is non-empty and mentions `what`. */
+#define EXPECT_ERR(call, code, what)                                      \
+    do {                                                                  \
+        chorus_status_t st_ = (call);                                     \
+        const char *msg_ = chorus_last_error();                           \
+        if (st_ != (code) || msg_ == NULL || strstr(msg_, (what)) == NULL) \
+            print_error("%s -> %d (%s), want %d naming \"%s\"\n", #call,  \
+                        (int)st_, msg_ ? msg_ : "(null)", (int)(code), (what)); \
+        assert_int_equal(st_, (code));                                    \
+        assert_non_null(msg_);                                            \
+        assert_true(msg_[0] != '\0');                                     \
+        assert_non_null(strstr(msg_, (what)));                            \
+    } while (0)
+
+#define EXPECT_OK(call)                                                              \
+    do {                                                                             \
+        chorus_status_t st_ = (call);                                                \
+        if (st_ != CHORUS_SUCCESS) print_error("%s: %s\n", #call, chorus_last_error()); \
+        assert_int_equal(st_, CHORUS_SUCCESS);                                       \
+    } while (0)
+
+static chorus_status_t new_comm(chorus_comm_t *comm_p)
+{
+    chorus_unique_id_t id;
+    chorus_status_t st = chorus_get_unique_id(&id);
+    if (st != CHORUS_SUCCESS) return st;
+    return chorus_comm_init(comm_p, 1, &id, 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (new_comm(&g_comm) != CHORUS_SUCCESS) {
+        print_error("cannot make a 1-rank communicator: %s\n", chorus_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return chorus_comm_destroy(g_comm) == CHORUS_SUCCESS ? 0 : -1;
+}
+
+/* Fills n elements of dtype with small integers every type holds exactly. */
+static void fill(void *buf, size_t n, chorus_dtype_t dtype, int seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        int v = (int)((i * 7 + (size_t)seed * 3) % 100);
+        switch (dtype) {
+        case CHORUS_INT8: ((int8_t *)buf)[i] = (int8_t)(v - 50); break;
+        case CHORUS_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+        case CHORUS_INT32: ((int32_t *)buf)[i] = v - 50; break;
+        case CHORUS_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+        case CHORUS_INT64: ((int64_t *)buf)[i] = v - 50; break;
+        case CHORUS_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+        /* Small integers are exact in binary16 and bfloat16: sign, exponent, mantissa. */
+        case CHORUS_FLOAT16: {
+            uint16_t h = 0;
+            if (v) {
+                int e = 0;
+                while ((v >> e) > 1) e++;
+                h = (uint16_t)(((e + 15) << 10) | (((unsigned)v << 10 >> e) & 0x3ff));
+            }
+            ((uint16_t *)buf)[i] = h;
+            break;
+        }
+        case CHORUS_BFLOAT16: {
+            float f = (float)v;
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
+            break;
+        }
+        case CHORUS_FLOAT32: ((float *)buf)[i] = (float)(v - 50); break;
+        case CHORUS_FLOAT64: ((double *)buf)[i] = v - 50; break;
+        default: break;
+        }
+    }
+}
+
+/* ---- bad arguments ---- */
+
+static void test_null_comm_everywhere(void **state)
+{
+    int x = 0, buf[4] = {0};
+    chorus_status_t st;
+    chorus_comm_t nc;
+    (void)state;
+
+    EXPECT_ERR(chorus_comm_rank(NULL, &x), CHORUS_ERR_INVALID_ARGUMENT, "rank");
+    EXPECT_ERR(chorus_comm_size(NULL, &x), CHORUS_ERR_INVALID_ARGUMENT, "size");
+    EXPECT_ERR(chorus_comm_split(NULL, 0, 0, &nc), CHORUS_ERR_INVALID_ARGUMENT, "split");
+    EXPECT_ERR(chorus_comm_abort(NULL), CHORUS_ERR_INVALID_ARGUMENT, "abort");
+    EXPECT_ERR(chorus_comm_get_async_error(NULL, &st), CHORUS_ERR_INVALID_ARGUMENT,
+               "async_error");
+    EXPECT_ERR(chorus_allreduce(buf, buf, 4, CHORUS_INT32, CHORUS_SUM, NULL, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allreduce");
+    EXPECT_ERR(chorus_allgather(buf, buf, 1, CHORUS_INT32, NULL, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allgather");
+    EXPECT_ERR(chorus_reduce_scatter(buf, buf, 1, CHORUS_INT32, CHORUS_SUM, NULL, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce_scatter");
+    EXPECT_ERR(chorus_broadcast(buf, buf, 4, CHORUS_INT32, 0, NULL, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "broadcast");
+    EXPECT_ERR(chorus_reduce(buf, buf, 4, CHORUS_INT32, CHORUS_SUM, 0, NULL, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce");
+    EXPECT_ERR(chorus_alltoall(buf, buf, 1, CHORUS_INT32, NULL, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "alltoall");
+    EXPECT_ERR(chorus_send(buf, 1, CHORUS_INT32, 0, NULL, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "send");
+    EXPECT_ERR(chorus_recv(buf, 1, CHORUS_INT32, 0, NULL, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "recv");
+    EXPECT_ERR(chorus_barrier(NULL), CHORUS_ERR_INVALID_ARGUMENT, "barrier");
+    EXPECT_OK(chorus_comm_destroy(NULL));
+}
+
+static void test_init_bad_args(void **state)
+{
+    chorus_unique_id_t id;
+    chorus_comm_t c = (chorus_comm_t)&id; /* a sentinel: must stay untouched */
+    int x;
+    chorus_status_t st;
+    (void)state;
+
+    memset(&id, 0, sizeof id);
+    EXPECT_ERR(chorus_get_unique_id(NULL), CHORUS_ERR_INVALID_ARGUMENT, "unique_id");
+    EXPECT_ERR(chorus_comm_init(NULL, 1, &id, 0), CHORUS_ERR_INVALID_ARGUMENT, "comm_init");
+    EXPECT_ERR(chorus_comm_init(&c, 1, NULL, 0), CHORUS_ERR_INVALID_ARGUMENT, "comm_init");
+    EXPECT_ERR(chorus_comm_init(&c, 0, &id, 0), CHORUS_ERR_INVALID_ARGUMENT, "comm_init");
+    EXPECT_ERR(chorus_comm_init(&c, -3, &id, 0), CHORUS_ERR_INVALID_ARGUMENT, "comm_init");
+    EXPECT_ERR(chorus_comm_init(&c, 4, &id, 5), CHORUS_ERR_INVALID_ARGUMENT,
+               "chorus_comm_init: rank 5 out of range for 4 ranks");
+    EXPECT_ERR(chorus_comm_init(&c, 4, &id, -1), CHORUS_ERR_INVALID_ARGUMENT, "out of range");
+    /* An id of zeros is malformed: the bootstrap refuses it before any network wait. */
+    EXPECT_ERR(chorus_comm_init(&c, 1, &id, 0), CHORUS_ERR_INVALID_ARGUMENT, "comm_init");
+    assert_ptr_equal(c, (chorus_comm_t)&id);
+    EXPECT_ERR(chorus_comm_init_env(NULL), CHORUS_ERR_INVALID_ARGUMENT, "init_env");
+
+    EXPECT_ERR(chorus_comm_rank(g_comm, NULL), CHORUS_ERR_INVALID_ARGUMENT, "rank_p");
+    EXPECT_ERR(chorus_comm_size(g_comm, NULL), CHORUS_ERR_INVALID_ARGUMENT, "size_p");
+    EXPECT_ERR(chorus_comm_get_async_error(g_comm, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "async_error");
+    EXPECT_OK(chorus_comm_rank(g_comm, &x));
+    assert_int_equal(x, 0);
+    EXPECT_OK(chorus_comm_size(g_comm, &x));
+    assert_int_equal(x, 1);
+    EXPECT_OK(chorus_comm_get_async_error(g_comm, &st));
+    assert_int_equal(st, CHORUS_SUCCESS);
+}
+
+static void test_bad_dtype_op(void **state)
+{
+    int buf[8] = {0}, out[8];
+    chorus_comm_t c = g_comm;
+    const chorus_dtype_t bad[] = {(chorus_dtype_t)42, (chorus_dtype_t)-1, CHORUS_NUM_DTYPES};
+    (void)state;
+
+    EXPECT_ERR(chorus_allreduce(buf, out, 4, (chorus_dtype_t)42, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "rank 0: allreduce: unknown dtype 42");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        chorus_dtype_t d = bad[i];
+        EXPECT_ERR(chorus_allreduce(buf, out, 4, d, CHORUS_SUM, c, NULL),
+                   CHORUS_ERR_INVALID_ARGUMENT, "allreduce: unknown dtype");
+        EXPECT_ERR(chorus_allgather(buf, out, 4, d, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+                   "allgather: unknown dtype");
+        EXPECT_ERR(chorus_reduce_scatter(buf, out, 4, d, CHORUS_SUM, c, NULL),
+                   CHORUS_ERR_INVALID_ARGUMENT, "reduce_scatter: unknown dtype");
+        EXPECT_ERR(chorus_broadcast(buf, out, 4, d, 0, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+                   "broadcast: unknown dtype");
+        EXPECT_ERR(chorus_reduce(buf, out, 4, d, CHORUS_SUM, 0, c, NULL),
+                   CHORUS_ERR_INVALID_ARGUMENT, "reduce: unknown dtype");
+        EXPECT_ERR(chorus_alltoall(buf, out, 4, d, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+                   "alltoall: unknown dtype");
+        EXPECT_ERR(chorus_send(buf, 4, d, 0, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+                   "send: unknown dtype");
+        EXPECT_ERR(chorus_recv(out, 4, d, 0, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+                   "recv: unknown dtype");
+    }
+    EXPECT_ERR(chorus_allreduce(buf, out, 4, CHORUS_INT32, (chorus_op_t)99, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "rank 0: allreduce: unknown op 99");
+    EXPECT_ERR(chorus_allreduce(buf, out, 4, CHORUS_INT32, CHORUS_NUM_OPS, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allreduce: unknown op");
+    EXPECT_ERR(chorus_reduce_scatter(buf, out, 4, CHORUS_INT32, (chorus_op_t)-2, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce_scatter: unknown op");
+    EXPECT_ERR(chorus_reduce(buf, out, 4, CHORUS_INT32, (chorus_op_t)7, 0, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce: unknown op");
+    /* A count of 0 still checks its arguments. */
+    EXPECT_ERR(chorus_allreduce(NULL, NULL, 0, (chorus_dtype_t)42, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "unknown dtype");
+}
+
+static void test_bad_root_peer(void **state)
+{
+    int buf[4] = {0}, out[4];
+    chorus_comm_t c = g_comm;
+    (void)state;
+
+    EXPECT_ERR(chorus_broadcast(buf, out, 4, CHORUS_INT32, 1, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "broadcast: root 1 out of range");
+    EXPECT_ERR(chorus_broadcast(buf, out, 4, CHORUS_INT32, -1, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "broadcast: root -1 out of range");
+    EXPECT_ERR(chorus_reduce(buf, out, 4, CHORUS_INT32, CHORUS_SUM, 3, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce: root 3 out of range");
+    EXPECT_ERR(chorus_send(buf, 4, CHORUS_INT32, 1, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "send: peer 1 out of range");
+    EXPECT_ERR(chorus_recv(buf, 4, CHORUS_INT32, -1, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "recv: peer -1 out of range");
+}
+
+static void test_null_buffers(void **state)
+{
+    int buf[4] = {0}, out[4];
+    chorus_comm_t c = g_comm;
+    (void)state;
+
+    EXPECT_ERR(chorus_allreduce(NULL, out, 4, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allreduce: sendbuf is NULL");
+    EXPECT_ERR(chorus_allreduce(buf, NULL, 4, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allreduce: recvbuf is NULL");
+    EXPECT_ERR(chorus_allgather(NULL, out, 4, CHORUS_INT32, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allgather: sendbuf is NULL");
+    EXPECT_ERR(chorus_allgather(buf, NULL, 4, CHORUS_INT32, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allgather: recvbuf is NULL");
+    EXPECT_ERR(chorus_reduce_scatter(NULL, out, 4, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce_scatter: sendbuf is NULL");
+    EXPECT_ERR(chorus_reduce_scatter(buf, NULL, 4, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce_scatter: recvbuf is NULL");
+    /* Rank 0 is the root here, so both buffers are needed. */
+    EXPECT_ERR(chorus_broadcast(NULL, out, 4, CHORUS_INT32, 0, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "broadcast: sendbuf is NULL");
+    EXPECT_ERR(chorus_broadcast(buf, NULL, 4, CHORUS_INT32, 0, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "broadcast: recvbuf is NULL");
+    EXPECT_ERR(chorus_reduce(NULL, out, 4, CHORUS_INT32, CHORUS_SUM, 0, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce: sendbuf is NULL");
+    EXPECT_ERR(chorus_reduce(buf, NULL, 4, CHORUS_INT32, CHORUS_SUM, 0, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce: recvbuf is NULL");
+    EXPECT_ERR(chorus_alltoall(NULL, out, 4, CHORUS_INT32, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "alltoall: sendbuf is NULL");
+    EXPECT_ERR(chorus_alltoall(buf, NULL, 4, CHORUS_INT32, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "alltoall: recvbuf is NULL");
+    EXPECT_ERR(chorus_send(NULL, 4, CHORUS_INT32, 0, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "send: buf is NULL");
+    EXPECT_ERR(chorus_recv(NULL, 4, CHORUS_INT32, 0, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "recv: buf is NULL");
+}
+
+static void test_count_overflow_and_stream(void **state)
+{
+    int buf[4] = {0}, out[4];
+    int fake_stream;
+    chorus_comm_t c = g_comm;
+    const size_t huge = ((size_t)1 << 40) / 4 + 1; /* just over 2^40 bytes of int32 */
+    (void)state;
+
+    EXPECT_ERR(chorus_allreduce(buf, out, SIZE_MAX, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allreduce: count");
+    EXPECT_ERR(chorus_allreduce(buf, out, huge, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "too large");
+    EXPECT_ERR(chorus_allgather(buf, out, SIZE_MAX / 2, CHORUS_UINT8, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allgather: count");
+    EXPECT_ERR(chorus_alltoall(buf, out, huge, CHORUS_INT32, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "alltoall: count");
+    EXPECT_ERR(chorus_send(buf, SIZE_MAX, CHORUS_FLOAT64, 0, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "send: count");
+
+    EXPECT_ERR(chorus_allreduce(buf, out, 4, CHORUS_INT32, CHORUS_SUM, c, &fake_stream),
+               CHORUS_ERR_UNSUPPORTED, "allreduce: stream");
+    EXPECT_ERR(chorus_allgather(buf, out, 1, CHORUS_INT32, c, &fake_stream),
+               CHORUS_ERR_UNSUPPORTED, "CUDA");
+    EXPECT_ERR(chorus_reduce_scatter(buf, out, 1, CHORUS_INT32, CHORUS_SUM, c, &fake_stream),
+               CHORUS_ERR_UNSUPPORTED, "reduce_scatter");
+    EXPECT_ERR(chorus_broadcast(buf, out, 4, CHORUS_INT32, 0, c, &fake_stream),
+               CHORUS_ERR_UNSUPPORTED, "broadcast");
+    EXPECT_ERR(chorus_reduce(buf, out, 4, CHORUS_INT32, CHORUS_SUM, 0, c, &fake_stream),
+               CHORUS_ERR_UNSUPPORTED, "reduce");
+    EXPECT_ERR(chorus_alltoall(buf, out, 1, CHORUS_INT32, c, &fake_stream),
+               CHORUS_ERR_UNSUPPORTED, "alltoall");
+    EXPECT_ERR(chorus_send(buf, 1, CHORUS_INT32, 0, c, &fake_stream), CHORUS_ERR_UNSUPPORTED,
+               "send");
+    EXPECT_ERR(chorus_recv(buf, 1, CHORUS_INT32, 0, c, &fake_stream), CHORUS_ERR_UNSUPPORTED,
+               "recv");
+}
+
+static void test_partial_overlap(void **state)
+{
+    int buf[16] = {0};
+    chorus_comm_t c = g_comm;
+    (void)state;
+
+    EXPECT_ERR(chorus_allreduce(buf, buf + 1, 4, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allreduce: sendbuf and recvbuf overlap");
+    EXPECT_ERR(chorus_allreduce(buf + 3, buf, 4, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "overlap");
+    EXPECT_ERR(chorus_allgather(buf + 1, buf, 2, CHORUS_INT32, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "allgather: sendbuf and recvbuf overlap");
+    EXPECT_ERR(chorus_reduce_scatter(buf, buf + 1, 2, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce_scatter: sendbuf and recvbuf overlap");
+    EXPECT_ERR(chorus_broadcast(buf, buf + 2, 4, CHORUS_INT32, 0, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "broadcast: sendbuf and recvbuf overlap");
+    EXPECT_ERR(chorus_reduce(buf + 2, buf, 4, CHORUS_INT32, CHORUS_MAX, 0, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "reduce: sendbuf and recvbuf overlap");
+    EXPECT_ERR(chorus_alltoall(buf, buf + 1, 4, CHORUS_INT32, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "alltoall: sendbuf and recvbuf overlap");
+    /* Adjacent is not overlapping. */
+    EXPECT_OK(chorus_allreduce(buf, buf + 4, 4, CHORUS_INT32, CHORUS_SUM, c, NULL));
+}
+
+static void test_group_errors(void **state)
+{
+    int a[4] = {1, 2, 3, 4}, b[8] = {0};
+    chorus_comm_t c = g_comm;
+    (void)state;
+
+    EXPECT_ERR(chorus_group_end(), CHORUS_ERR_INVALID_ARGUMENT, "group_end");
+    EXPECT_ERR(chorus_send(a, 4, CHORUS_INT32, 0, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "send: a send to self outside a group");
+    EXPECT_ERR(chorus_recv(b, 4, CHORUS_INT32, 0, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "recv");
+
+    /* An unmatched send to self fails the group. */
+    EXPECT_OK(chorus_group_start());
+    EXPECT_OK(chorus_send(a, 4, CHORUS_INT32, 0, c, NULL));
+    EXPECT_ERR(chorus_group_end(), CHORUS_ERR_INVALID_ARGUMENT, "no matching recv");
+
+    /* Sizes of a self pair must agree. */
+    EXPECT_OK(chorus_group_start());
+    EXPECT_OK(chorus_send(a, 4, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_recv(b, 8, CHORUS_INT32, 0, c, NULL));
+    EXPECT_ERR(chorus_group_end(), CHORUS_ERR_INVALID_ARGUMENT, "16 bytes");
+
+    /* A bad call inside a group fails the whole group, and nothing runs. */
+    b[0] = -7;
+    EXPECT_OK(chorus_group_start());
+    EXPECT_OK(chorus_send(a, 4, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_recv(b, 4, CHORUS_INT32, 0, c, NULL));
+    EXPECT_ERR(chorus_send(a, 4, CHORUS_INT32, 9, c, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "peer 9");
+    EXPECT_ERR(chorus_group_end(), CHORUS_ERR_INVALID_ARGUMENT, "peer 9");
+    assert_int_equal(b[0], -7);
+
+    /* Collectives are not part of groups. */
+    EXPECT_OK(chorus_group_start());
+    EXPECT_ERR(chorus_allreduce(a, b, 4, CHORUS_INT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_UNSUPPORTED, "allreduce");
+    EXPECT_OK(chorus_group_end());
+
+    /* The comm is still fine afterwards: argument errors do not fail it. */
+    chorus_status_t st;
+    EXPECT_OK(chorus_comm_get_async_error(c, &st));
+    assert_int_equal(st, CHORUS_SUCCESS);
+}
+
+/* ---- exact results ---- */
+
+static void test_allreduce_every_dtype_op(void **state)
+{
+    chorus_comm_t c = g_comm;
+    (void)state;
+
+    for (int d = 0; d < CHORUS_NUM_DTYPES; d++) {
+        size_t es = chorus_dtype_size((chorus_dtype_t)d);
+        unsigned char in[N * 8], want[N * 8], out[N * 8 + 1];
+        for (int op = 0; op < CHORUS_NUM_OPS; op++) {
+            fill(in, N, (chorus_dtype_t)d, d + op);
+            memcpy(want, in, N * es);
+            memset(out, 0xa5, sizeof out);
+            EXPECT_OK(chorus_allreduce(in, out, N, (chorus_dtype_t)d, (chorus_op_t)op, c, NULL));
+            assert_memory_equal(out, want, N * es);
+            assert_int_equal(out[N * es], 0xa5); /* nothing written past the end */
+            assert_memory_equal(in, want, N * es);
+            /* In place. */
+            EXPECT_OK(chorus_allreduce(in, in, N, (chorus_dtype_t)d, (chorus_op_t)op, c, NULL));
+            assert_memory_equal(in, want, N * es);
+        }
+    }
+}
+
+static void test_avg_int_and_reduce_variants(void **state)
+{
+    chorus_comm_t c = g_comm;
+    int32_t in[N], out[N], want[N];
+    int64_t big[3] = {-7, 7, INT64_MIN + 1}, bigout[3];
+    (void)state;
+
+    for (int i = 0; i < N; i++) want[i] = in[i] = i * 13 - 200;
+    EXPECT_OK(chorus_allreduce(in, out, N, CHORUS_INT32, CHORUS_AVG, c, NULL));
+    assert_memory_equal(out, want, sizeof want);
+    EXPECT_OK(chorus_allreduce(big, bigout, 3, CHORUS_INT64, CHORUS_AVG, c, NULL));
+    assert_memory_equal(bigout, big, sizeof big);
+
+    memset(out, 0, sizeof out);
+    EXPECT_OK(chorus_reduce(in, out, N, CHORUS_INT32, CHORUS_AVG, 0, c, NULL));
+    assert_memory_equal(out, want, sizeof want);
+    memset(out, 0, sizeof out);
+    EXPECT_OK(chorus_reduce(in, out, N, CHORUS_INT32, CHORUS_MIN, 0, c, NULL));
+    assert_memory_equal(out, want, sizeof want);
+    EXPECT_OK(chorus_reduce(in, in, N, CHORUS_INT32, CHORUS_PROD, 0, c, NULL));
+    assert_memory_equal(in, want, sizeof want);
+
+    memset(out, 0, sizeof out);
+    EXPECT_OK(chorus_reduce_scatter(in, out, N, CHORUS_INT32, CHORUS_AVG, c, NULL));
+    assert_memory_equal(out, want, sizeof want);
+    EXPECT_OK(chorus_reduce_scatter(in, in, N, CHORUS_INT32, CHORUS_SUM, c, NULL));
+    assert_memory_equal(in, want, sizeof want);
+}
+
+static void test_copy_collectives(void **state)
+{
+    chorus_comm_t c = g_comm;
+    double in[N], out[N + 1], want[N];
+    (void)state;
+
+    for (int i = 0; i < N; i++) want[i] = in[i] = i * 0.5 - 3;
+    for (int k = 0; k < 3; k++) {
+        memset(out, 0, sizeof out);
+        out[N] = 99.0;
+        if (k == 0) EXPECT_OK(chorus_allgather(in, out, N, CHORUS_FLOAT64, c, NULL));
+        if (k == 1) EXPECT_OK(chorus_broadcast(in, out, N, CHORUS_FLOAT64, 0, c, NULL));
+        if (k == 2) EXPECT_OK(chorus_alltoall(in, out, N, CHORUS_FLOAT64, c, NULL));
+        assert_memory_equal(out, want, sizeof want);
+        assert_true(out[N] == 99.0);
+    }
+    /* In place: allgather's sendbuf is recvbuf + rank * count, which is recvbuf here. */
+    EXPECT_OK(chorus_allgather(in, in, N, CHORUS_FLOAT64, c, NULL));
+    assert_memory_equal(in, want, sizeof want);
+    EXPECT_OK(chorus_broadcast(in, in, N, CHORUS_FLOAT64, 0, c, NULL));
+    assert_memory_equal(in, want, sizeof want);
+    EXPECT_OK(chorus_alltoall(in, in, N, CHORUS_FLOAT64, c, NULL));
+    assert_memory_equal(in, want, sizeof want);
+    EXPECT_OK(chorus_barrier(c));
+
+    /* Large enough for the ring and several pipeline chunks. */
+    size_t big = (1u << 20) + 3;
+    float *src = malloc(big * sizeof *src), *dst = malloc(big * sizeof *dst);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < big; i++) src[i] = (float)(i % 1000);
+    EXPECT_OK(chorus_allreduce(src, dst, big, CHORUS_FLOAT32, CHORUS_SUM, c, NULL));
+    assert_memory_equal(src, dst, big * sizeof *src);
+    memset(dst, 0, big * sizeof *dst);
+    EXPECT_OK(chorus_broadcast(src, dst, big, CHORUS_FLOAT32, 0, c, NULL));
+    assert_memory_equal(src, dst, big * sizeof *src);
+    free(src);
+    free(dst);
+}
+
+static void test_count_zero(void **state)
+{
+    chorus_comm_t c = g_comm;
+    (void)state;
+
+    EXPECT_OK(chorus_allreduce(NULL, NULL, 0, CHORUS_FLOAT32, CHORUS_SUM, c, NULL));
+    EXPECT_OK(chorus_allgather(NULL, NULL, 0, CHORUS_FLOAT32, c, NULL));
+    EXPECT_OK(chorus_reduce_scatter(NULL, NULL, 0, CHORUS_FLOAT32, CHORUS_AVG, c, NULL));
+    EXPECT_OK(chorus_broadcast(NULL, NULL, 0, CHORUS_FLOAT32, 0, c, NULL));
+    EXPECT_OK(chorus_reduce(NULL, NULL, 0, CHORUS_FLOAT32, CHORUS_MAX, 0, c, NULL));
+    EXPECT_OK(chorus_alltoall(NULL, NULL, 0, CHORUS_FLOAT32, c, NULL));
+    EXPECT_OK(chorus_send(NULL, 0, CHORUS_FLOAT32, 0, c, NULL));
+    EXPECT_OK(chorus_recv(NULL, 0, CHORUS_FLOAT32, 0, c, NULL));
+}
+
+static void test_self_sendrecv_group(void **state)
+{
+    chorus_comm_t c = g_comm;
+    int32_t a[N], b[N];
+    uint8_t x[5] = {1, 2, 3, 4, 5}, y[5] = {0};
+    (void)state;
+
+    for (int i = 0; i < N; i++) a[i] = i * i;
+    memset(b, 0, sizeof b);
+    EXPECT_OK(chorus_group_start());
+    EXPECT_OK(chorus_group_start()); /* nesting: only the outermost end runs */
+    EXPECT_OK(chorus_recv(b, N, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_send(a, N, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_group_end());
+    assert_int_equal(b[1], 0);
+    EXPECT_OK(chorus_send(x, 5, CHORUS_UINT8, 0, c, NULL));
+    EXPECT_OK(chorus_recv(y, 5, CHORUS_UINT8, 0, c, NULL));
+    EXPECT_OK(chorus_group_end());
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(x, y, sizeof x);
+}
+
+static void test_self_sendrecv_order(void **state)
+{
+    chorus_comm_t c = g_comm;
+    int32_t a[N], b[N], a2[3] = {7, 8, 9}, b2[3] = {0};
+    (void)state;
+
+    for (int i = 0; i < N; i++) a[i] = i * i;
+    memset(b, 0, sizeof b);
+    EXPECT_OK(chorus_group_start());
+    EXPECT_OK(chorus_recv(b, N, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_send(a, N, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_send(a2, 3, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_recv(b2, 3, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_group_end());
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(a2, b2, sizeof a2);
+}
+
+static void test_split(void **state)
+{
+    chorus_comm_t c = g_comm, sub = (chorus_comm_t)&sub, none = (chorus_comm_t)&none;
+    int r = -1, n = -1;
+    int64_t v[3] = {5, -6, 7}, w[3] = {0};
+    (void)state;
+
+    EXPECT_ERR(chorus_comm_split(c, 0, 0, NULL), CHORUS_ERR_INVALID_ARGUMENT, "newcomm_p");
+    EXPECT_ERR(chorus_comm_split(c, -5, 0, &sub), CHORUS_ERR_INVALID_ARGUMENT, "color -5");
+    assert_ptr_equal(sub, (chorus_comm_t)&sub);
+
+    EXPECT_OK(chorus_comm_split(c, CHORUS_SPLIT_NOCOLOR, 0, &none));
+    assert_null(none);
+
+    EXPECT_OK(chorus_comm_split(c, 3, 10, &sub));
+    assert_non_null(sub);
+    assert_ptr_not_equal(sub, c);
+    EXPECT_OK(chorus_comm_rank(sub, &r));
+    EXPECT_OK(chorus_comm_size(sub, &n));
+    assert_int_equal(r, 0);
+    assert_int_equal(n, 1);
+    EXPECT_OK(chorus_allreduce(v, w, 3, CHORUS_INT64, CHORUS_SUM, sub, NULL));
+    assert_memory_equal(v, w, sizeof v);
+
+    /* A group holds operations of one communicator. */
+    EXPECT_OK(chorus_group_start());
+    EXPECT_OK(chorus_send(v, 3, CHORUS_INT64, 0, c, NULL));
+    EXPECT_ERR(chorus_recv(w, 3, CHORUS_INT64, 0, sub, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "one communicator");
+    EXPECT_ERR(chorus_group_end(), CHORUS_ERR_INVALID_ARGUMENT, "one communicator");
+
+    EXPECT_OK(chorus_comm_destroy(sub));
+    /* The parent still works. */
+    EXPECT_OK(chorus_allreduce(v, w, 3, CHORUS_INT64, CHORUS_MAX, c, NULL));
+    assert_memory_equal(v, w, sizeof v);
+}
+
+static void test_abort_then_destroy(void **state)
+{
+    chorus_comm_t c;
+    chorus_status_t st;
+    float f[4] = {1, 2, 3, 4}, g[4];
+    chorus_comm_t sub = (chorus_comm_t)&sub;
+    (void)state;
+
+    EXPECT_OK(new_comm(&c));
+    EXPECT_OK(chorus_comm_abort(c));
+    EXPECT_OK(chorus_comm_abort(c)); /* twice is fine */
+    EXPECT_OK(chorus_comm_get_async_error(c, &st));
+    assert_int_equal(st, CHORUS_ERR_ABORTED);
+    EXPECT_ERR(chorus_allreduce(f, g, 4, CHORUS_FLOAT32, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_ABORTED, "failed earlier");
+    EXPECT_ERR(chorus_barrier(c), CHORUS_ERR_ABORTED, "barrier");
+    EXPECT_ERR(chorus_broadcast(f, g, 4, CHORUS_FLOAT32, 0, c, NULL), CHORUS_ERR_ABORTED,
+               "aborted");
+    EXPECT_ERR(chorus_comm_split(c, 0, 0, &sub), CHORUS_ERR_ABORTED, "comm_split");
+    assert_ptr_equal(sub, (chorus_comm_t)&sub);
+    EXPECT_OK(chorus_group_start());
+    EXPECT_ERR(chorus_send(f, 4, CHORUS_FLOAT32, 0, c, NULL), CHORUS_ERR_ABORTED, "send");
+    EXPECT_ERR(chorus_group_end(), CHORUS_ERR_ABORTED, "failed earlier");
+    /* Bad arguments are still reported as such. */
+    EXPECT_ERR(chorus_allreduce(f, g, 4, (chorus_dtype_t)42, CHORUS_SUM, c, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "unknown dtype 42");
+    EXPECT_OK(chorus_comm_destroy(c));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_null_comm_everywhere),
+        cmocka_unit_test(test_init_bad_args),
+        cmocka_unit_test(test_bad_dtype_op),
+        cmocka_unit_test(test_bad_root_peer),
+        cmocka_unit_test(test_null_buffers),
+        cmocka_unit_test(test_count_overflow_and_stream),
+        cmocka_unit_test(test_partial_overlap),
+        cmocka_unit_test(test_group_errors),
+        cmocka_unit_test(test_allreduce_every_dtype_op),
+        cmocka_unit_test(test_avg_int_and_reduce_variants),
+        cmocka_unit_test(test_copy_collectives),
+        cmocka_unit_test(test_count_zero),
+        cmocka_unit_test(test_self_sendrecv_group),
+        cmocka_unit_test(test_self_sendrecv_order),
+        cmocka_unit_test(test_split),
+        cmocka_unit_test(test_abort_then_destroy),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
