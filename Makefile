@@ -33,7 +33,7 @@ STATIC_LIB := $(BUILD)/lib/libchorus.a
 SHARED_LIB := $(BUILD)/lib/libchorus.so
 BINS := $(TOOL_NAMES:%=$(BUILD)/bin/%) $(BENCH_NAMES:%=$(BUILD)/bin/%)
 
-.PHONY: all deps test unit-test mp-test bench asan valgrind install clean format
+.PHONY: all deps test test-full unit-test bench asan valgrind install clean format
 all: $(STATIC_LIB) $(SHARED_LIB) $(BINS) $(EX_BINS) $(BUILD)/lib/pkgconfig/chorus.pc
 
 deps:
@@ -79,11 +79,14 @@ $(BUILD)/examples/%: examples/%.c $(STATIC_LIB)
 test: deps all $(UNIT_BINS) $(MP_BINS)
 	@BUILD=$(BUILD) sh tests/run_tests.sh
 
+test-full: deps all $(UNIT_BINS) $(MP_BINS)
+	@ALGO_TEST_BIG=all BUILD=$(BUILD) sh tests/run_tests.sh
+
 unit-test: all $(UNIT_BINS)
 	@BUILD=$(BUILD) sh tests/run_tests.sh unit
 
 bench: deps all
-	$(BUILD)/bin/chorusrun -n 4 -- $(BUILD)/bin/chorus-bench allreduce -b 8 -e 64M -f 4 -c 1
+	$(BUILD)/bin/chorusrun -n 4 -- $(BUILD)/bin/chorus-bench allreduce -b 8 -e 64M -f 2 -c 1
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 test

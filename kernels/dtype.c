@@ -7,11 +7,11 @@ static const struct {
     size_t size;
     const char *name;
 } dtype_info[CHORUS_NUM_DTYPES] = {
-    [CHORUS_INT8] = {1, "int8"},         [CHORUS_UINT8] = {1, "uint8"},
-    [CHORUS_INT32] = {4, "int32"},       [CHORUS_UINT32] = {4, "uint32"},
-    [CHORUS_INT64] = {8, "int64"},       [CHORUS_UINT64] = {8, "uint64"},
-    [CHORUS_FLOAT16] = {2, "float16"},   [CHORUS_BFLOAT16] = {2, "bfloat16"},
-    [CHORUS_FLOAT32] = {4, "float32"},   [CHORUS_FLOAT64] = {8, "float64"},
+    [CHORUS_INT8] = {1, "int8"},       [CHORUS_UINT8] = {1, "uint8"},
+    [CHORUS_INT32] = {4, "int32"},     [CHORUS_UINT32] = {4, "uint32"},
+    [CHORUS_INT64] = {8, "int64"},     [CHORUS_UINT64] = {8, "uint64"},
+    [CHORUS_FLOAT16] = {2, "float16"}, [CHORUS_BFLOAT16] = {2, "bfloat16"},
+    [CHORUS_FLOAT32] = {4, "float32"}, [CHORUS_FLOAT64] = {8, "float64"},
 };
 
 static const char *const op_names[CHORUS_NUM_OPS] = {

@@ -48,8 +48,8 @@ static inline float chorus__half_to_float_inline(uint16_t h)
     /* A subnormal m * 2^-24 is (0.5 + m * 2^-24) - 0.5, where the first term is m placed
      * in the mantissa of 0.5; the subtraction is exact. Zero falls out as +0. */
     uint32_t sub = chorus__f32_bits(chorus__f32_from_bits(em | 0x3f000000u) - 0.5f);
-    uint32_t mag = chorus__select_u32(em < 0x0400u, sub,
-                                      chorus__select_u32(em >= 0x7c00u, infnan, normal));
+    uint32_t mag =
+        chorus__select_u32(em < 0x0400u, sub, chorus__select_u32(em >= 0x7c00u, infnan, normal));
     return chorus__f32_from_bits(sign | mag);
 }
 
@@ -67,10 +67,10 @@ static inline uint16_t chorus__float_to_half_inline(float f)
      * fp16 bit pattern (1024 is the smallest normal, also right). */
     uint32_t sub = chorus__f32_bits(chorus__f32_from_bits(ax) + 0.5f) - 0x3f000000u;
     uint32_t nan = 0x7e00u | ((ax >> 13) & 0x03ffu);
-    uint32_t mag = chorus__select_u32(
-        ax > 0x7f800000u, nan,
-        chorus__select_u32(ax >= 0x477ff000u, 0x7c00u,
-                           chorus__select_u32(ax >= 0x38800000u, normal, sub)));
+    uint32_t mag =
+        chorus__select_u32(ax > 0x7f800000u, nan,
+                           chorus__select_u32(ax >= 0x477ff000u, 0x7c00u,
+                                              chorus__select_u32(ax >= 0x38800000u, normal, sub)));
     return (uint16_t)(sign | mag);
 }
 

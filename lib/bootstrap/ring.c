@@ -38,6 +38,12 @@ struct chorus_bootstrap {
     uint32_t seq;                       /* allgathers done so far */
 };
 
+/* The abort flag is set by another thread (chorus_comm_abort): read it atomically. */
+static int ring_aborted(const volatile int *abort_flag)
+{
+    return abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_RELAXED) != 0;
+}
+
 /* One nonblocking step of I/O; returns 0 (progress or would block) or the errno / -1 for
  * a closed peer. */
 static int ring_io(int fd, int sending, char *buf, size_t *done, size_t len)
@@ -86,7 +92,7 @@ chorus_status_t chorus__bs_exchange(int send_fd, const void *sbuf, size_t slen, 
             if (err != 0) return ring_io_error(err, 0, what);
         }
         if (sent == slen && got == rlen) return CHORUS_SUCCESS;
-        if (abort_flag != NULL && *abort_flag) {
+        if (ring_aborted(abort_flag)) {
             return chorus__error(CHORUS_ERR_ABORTED, "%s: aborted", what);
         }
         if (chorus__deadline_passed(deadline_ns)) {
@@ -113,7 +119,7 @@ static chorus_status_t ring_wait_readable(int fd, uint64_t deadline_ns,
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         int rc;
 
-        if (abort_flag != NULL && *abort_flag) {
+        if (ring_aborted(abort_flag)) {
             return chorus__error(CHORUS_ERR_ABORTED, "%s: aborted", what);
         }
         if (chorus__deadline_passed(deadline_ns)) {

@@ -41,6 +41,12 @@
 /* How often a waiting acceptor looks at the abort flag. */
 #define AUTH_POLL_SLICE_MS 100
 
+/* The abort flag is set by another thread (chorus_comm_abort): read it atomically. */
+static int auth_aborted(const volatile int *abort_flag)
+{
+    return abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_RELAXED) != 0;
+}
+
 static void auth_put32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)(v >> 24);
@@ -308,7 +314,8 @@ static int auth_progress(chorus_acceptor_t *acc, int i)
     return 1;
 }
 
-/* Hands out acc->ready if it fits the caller's buffer. */
+/* Hands out acc->ready if it fits the caller's buffer; otherwise drops it, counts it as
+ * refused and returns CHORUS_ERR_REMOTE so that the accept loop goes on. */
 static chorus_status_t auth_take_ready(chorus_acceptor_t *acc, void *hello, size_t hello_max,
                                        size_t *hello_len_p, int *fd_p)
 {
@@ -364,7 +371,7 @@ chorus_status_t chorus__acceptor_accept(chorus_acceptor_t *acc, void *hello, siz
             if (status == CHORUS_SUCCESS) return status;
             continue;
         }
-        if (abort_flag != NULL && *abort_flag) {
+        if (auth_aborted(abort_flag)) {
             return chorus__error(CHORUS_ERR_ABORTED, "auth: %s: accept aborted", acc->what);
         }
         if (chorus__deadline_passed(deadline_ns)) {
@@ -388,7 +395,6 @@ chorus_status_t chorus__acceptor_accept(chorus_acceptor_t *acc, void *hello, siz
         if (rc <= 0) continue;
         /* A recv that finds nothing is cheap, so every pending handshake is tried
          * rather than mapping poll's answers back through the shifting table. */
-        status = CHORUS_SUCCESS;
         for (i = 0; i < acc->npending && acc->ready == NULL;) {
             if (auth_progress(acc, i) == 0) i++;
         }

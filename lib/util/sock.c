@@ -30,6 +30,12 @@
 #define SOCK_POLL_SLICE_MS 100
 #define SOCK_RETRY_MAX_MS 100
 
+/* The abort flag is set by another thread (chorus_comm_abort): read it atomically. */
+static int sock_aborted(const volatile int *abort_flag)
+{
+    return abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_RELAXED) != 0;
+}
+
 static socklen_t sock_addr_len(const struct sockaddr_storage *addr)
 {
     return addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
@@ -342,7 +348,7 @@ static int sock_try_connect(const struct sockaddr_storage *addr, uint64_t deadli
         for (;;) {
             struct pollfd pfd = {.fd = fd, .events = POLLOUT};
             int rc;
-            if (abort_flag != NULL && *abort_flag) {
+            if (sock_aborted(abort_flag)) {
                 err = ECANCELED;
                 goto err_close;
             }
@@ -396,7 +402,7 @@ chorus_status_t chorus__sock_connect(const struct sockaddr_storage *addr, uint64
             return chorus__error(CHORUS_ERR_TIMEOUT, "sock: connect to %s timed out (last: %s)",
                                  chorus__sock_addr_str(addr, text, sizeof(text)), strerror(err));
         }
-        if (abort_flag != NULL && *abort_flag) {
+        if (sock_aborted(abort_flag)) {
             return chorus__error(CHORUS_ERR_ABORTED, "sock: connect to %s aborted",
                                  chorus__sock_addr_str(addr, text, sizeof(text)));
         }

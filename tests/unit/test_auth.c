@@ -317,7 +317,7 @@ static void test_many_peers(void **state)
         assert_int_equal(pthread_create(&st[i].tid, NULL, stranger_main, &st[i]), 0);
     }
     for (i = 0; i < N; i++) {
-        char hello[16];
+        char hello[24];
         snprintf(hello, sizeof(hello), "peer %d", i);
         client_start(&c[i], &s, SECRET, hello, 0);
     }

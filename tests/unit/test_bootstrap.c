@@ -496,7 +496,7 @@ static void test_timeout_and_abort(void **state)
     t0 = chorus__now_ns();
     assert_int_equal(pthread_create(&rk.tid, NULL, rank_main, &rk), 0);
     usleep(200000);
-    abort_flag = 1;
+    __atomic_store_n(&abort_flag, 1, __ATOMIC_RELAXED);
     pthread_join(rk.tid, NULL);
     assert_int_equal(rk.status, CHORUS_ERR_ABORTED);
     assert_true(chorus__now_ns() - t0 < 5000000000ull);

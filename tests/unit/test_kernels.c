@@ -104,7 +104,8 @@ static int64_t ref_wrap_signed(int64_t v, int bits)
     return v >= m / 2 ? v - m : v;
 }
 
-#define REF_MINMAX(op, x, y) ((op) == CHORUS_MIN ? ((y) < (x) ? (y) : (x)) : ((y) > (x) ? (y) : (x)))
+#define REF_MINMAX(op, x, y)                                                                       \
+    ((op) == CHORUS_MIN ? ((y) < (x) ? (y) : (x)) : ((y) > (x) ? (y) : (x)))
 
 static double ref_float_op(chorus_op_t op, double x, double y)
 {
@@ -263,8 +264,9 @@ static double rand_double(void)
 {
     static const uint64_t sp[] = {0x7ff8000000000000ull, 0xfff8000000000001ull,
                                   0x7ff0000000000001ull, 0x7ff0000000000000ull,
-                                  0xfff0000000000000ull, 0x0ull, 0x8000000000000000ull,
-                                  0x1ull, 0x000fffffffffffffull, 0x0010000000000000ull,
+                                  0xfff0000000000000ull, 0x0ull,
+                                  0x8000000000000000ull, 0x1ull,
+                                  0x000fffffffffffffull, 0x0010000000000000ull,
                                   0x7fefffffffffffffull, 0xffefffffffffffffull};
     uint64_t r = rng(), bits;
     if (r % 8 == 0) {
@@ -286,7 +288,8 @@ static uint16_t rand_half16(chorus_dtype_t dt)
     if (r % 8 == 0) return sp[(r >> 8) % 16];
     if (r % 8 < 4) return (uint16_t)(r >> 32);
     /* Exponent near that of 1.0, any sign and mantissa. */
-    if (dt == CHORUS_FLOAT16) return (uint16_t)(((r >> 32) & 0x83ff) | ((13 + (r >> 16) % 5) << 10));
+    if (dt == CHORUS_FLOAT16)
+        return (uint16_t)(((r >> 32) & 0x83ff) | ((13 + (r >> 16) % 5) << 10));
     return (uint16_t)(((r >> 32) & 0x807f) | ((125 + (r >> 16) % 5) << 7));
 }
 
@@ -310,8 +313,8 @@ static void fill_random(chorus_dtype_t dt, void *buf, size_t n)
         }
         case CHORUS_INT64:
         case CHORUS_UINT64: {
-            static const uint64_t edge[] = {0, 1, 0x7fffffffffffffffull, 0x8000000000000000ull,
-                                            0xffffffffffffffffull, 2, 3};
+            static const uint64_t edge[] = {
+                0, 1, 0x7fffffffffffffffull, 0x8000000000000000ull, 0xffffffffffffffffull, 2, 3};
             ((uint64_t *)buf)[i] = r % 4 == 0 ? edge[(r >> 8) % 7] : rng();
             break;
         }
@@ -355,7 +358,8 @@ static void check_reduce_case(chorus_dtype_t dt, chorus_op_t op, size_t n, alias
     if (alias == ALIAS_DST_A) d = a;
     if (alias == ALIAS_DST_B) d = b;
     if (alias == ALIAS_ALL) b = d = a;
-    for (size_t i = 0; i < n; i++) ref_elem(dt, op, a + i * sz, b + i * sz, want + i * sz);
+    for (size_t i = 0; i < n; i++)
+        ref_elem(dt, op, a + i * sz, b + i * sz, want + i * sz);
     memcpy(ca, a, n * sz); /* the inputs, for the message when dst overwrites them */
     memcpy(cb, b, n * sz);
     unsigned char guard[8];
@@ -364,8 +368,8 @@ static void check_reduce_case(chorus_dtype_t dt, chorus_op_t op, size_t n, alias
     assert_int_equal(chorus_kernel_reduce(d, a, b, n, dt, op), CHORUS_SUCCESS);
 
     char ctx[128];
-    snprintf(ctx, sizeof(ctx), "reduce %s n=%zu %s%s", chorus_op_name(op), n,
-             alias_names[alias], unaligned ? " unaligned" : "");
+    snprintf(ctx, sizeof(ctx), "reduce %s n=%zu %s%s", chorus_op_name(op), n, alias_names[alias],
+             unaligned ? " unaligned" : "");
     expect_same(dt, d, want, n, ca, cb, ctx);
     assert_memory_equal(d + n * sz, guard, sz);
 
@@ -390,25 +394,65 @@ static void check_reduce_dtype(chorus_dtype_t dt)
     for (chorus_op_t op = CHORUS_SUM; op < CHORUS_AVG; op++)
         for (size_t li = 0; li < sizeof(lengths) / sizeof(lengths[0]); li++)
             for (alias_t al = ALIAS_NONE; al < ALIAS_COUNT; al++)
-                for (int un = 0; un < 2; un++) check_reduce_case(dt, op, lengths[li], al, un);
+                for (int un = 0; un < 2; un++)
+                    check_reduce_case(dt, op, lengths[li], al, un);
 }
 
-static void test_reduce_int8(void **state) { (void)state; check_reduce_dtype(CHORUS_INT8); }
-static void test_reduce_uint8(void **state) { (void)state; check_reduce_dtype(CHORUS_UINT8); }
-static void test_reduce_int32(void **state) { (void)state; check_reduce_dtype(CHORUS_INT32); }
-static void test_reduce_uint32(void **state) { (void)state; check_reduce_dtype(CHORUS_UINT32); }
-static void test_reduce_int64(void **state) { (void)state; check_reduce_dtype(CHORUS_INT64); }
-static void test_reduce_uint64(void **state) { (void)state; check_reduce_dtype(CHORUS_UINT64); }
-static void test_reduce_float16(void **state) { (void)state; check_reduce_dtype(CHORUS_FLOAT16); }
-static void test_reduce_bfloat16(void **state) { (void)state; check_reduce_dtype(CHORUS_BFLOAT16); }
-static void test_reduce_float32(void **state) { (void)state; check_reduce_dtype(CHORUS_FLOAT32); }
-static void test_reduce_float64(void **state) { (void)state; check_reduce_dtype(CHORUS_FLOAT64); }
+static void test_reduce_int8(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_INT8);
+}
+static void test_reduce_uint8(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_UINT8);
+}
+static void test_reduce_int32(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_INT32);
+}
+static void test_reduce_uint32(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_UINT32);
+}
+static void test_reduce_int64(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_INT64);
+}
+static void test_reduce_uint64(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_UINT64);
+}
+static void test_reduce_float16(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_FLOAT16);
+}
+static void test_reduce_bfloat16(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_BFLOAT16);
+}
+static void test_reduce_float32(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_FLOAT32);
+}
+static void test_reduce_float64(void **state)
+{
+    (void)state;
+    check_reduce_dtype(CHORUS_FLOAT64);
+}
 
 /* ---- Hand-picked reduce cases ---- */
 
 /* Reduces one pair (plus padding to exercise the vector path) and returns element 0. */
-static void reduce_one(chorus_dtype_t dt, chorus_op_t op, const void *x, const void *y,
-                       void *out)
+static void reduce_one(chorus_dtype_t dt, chorus_op_t op, const void *x, const void *y, void *out)
 {
     size_t sz = chorus_dtype_size(dt), n = 300;
     unsigned char *a = calloc(n, sz), *b = calloc(n, sz), *d = calloc(n, sz);
@@ -420,7 +464,8 @@ static void reduce_one(chorus_dtype_t dt, chorus_op_t op, const void *x, const v
         memcpy(b + i * sz, y, sz);
     }
     assert_int_equal(chorus_kernel_reduce(d, a, b, n, dt, op), CHORUS_SUCCESS);
-    for (size_t i = 1; i < n; i++) assert_memory_equal(d + i * sz, d, sz);
+    for (size_t i = 1; i < n; i++)
+        assert_memory_equal(d + i * sz, d, sz);
     memcpy(out, d, sz);
     free(a);
     free(b);
@@ -477,8 +522,8 @@ static void expect_f32_bits(chorus_op_t op, uint32_t x, uint32_t y, uint32_t wan
     reduce_one(CHORUS_FLOAT32, op, &fx, &fy, &got);
     memcpy(&gbits, &got, 4);
     if (gbits != want) {
-        print_error("float32 %s(0x%08x, 0x%08x) = 0x%08x, want 0x%08x\n", chorus_op_name(op), x,
-                    y, gbits, want);
+        print_error("float32 %s(0x%08x, 0x%08x) = 0x%08x, want 0x%08x\n", chorus_op_name(op), x, y,
+                    gbits, want);
         fail();
     }
 }
@@ -565,8 +610,7 @@ static void expect_conv16(chorus_dtype_t dt, float f, uint16_t want)
 {
     uint16_t got = dt == CHORUS_FLOAT16 ? chorus_float_to_half(f) : chorus_float_to_bf16(f);
     if (got != want) {
-        print_error("%s(%a) = 0x%04x, want 0x%04x\n", chorus_dtype_name(dt), (double)f, got,
-                    want);
+        print_error("%s(%a) = 0x%04x, want 0x%04x\n", chorus_dtype_name(dt), (double)f, got, want);
         fail();
     }
 }
@@ -583,14 +627,15 @@ static void check_conversions_exhaustive(chorus_dtype_t dt)
         double want = ref_decode(fmt, h);
         if (isnan(want)) {
             assert_true(isnan(f));
-            uint16_t back = dt == CHORUS_FLOAT16 ? chorus_float_to_half(f) : chorus_float_to_bf16(f);
+            uint16_t back =
+                dt == CHORUS_FLOAT16 ? chorus_float_to_half(f) : chorus_float_to_bf16(f);
             assert_true((back & inf) == inf && (back & ~(inf | 0x8000)) != 0);
             assert_int_equal(back & 0x8000, h & 0x8000);
             continue;
         }
         if ((double)f != want || !signbit(f) != !signbit(want)) {
-            print_error("%s 0x%04x widened to %a, want %a\n", chorus_dtype_name(dt), h,
-                        (double)f, want);
+            print_error("%s 0x%04x widened to %a, want %a\n", chorus_dtype_name(dt), h, (double)f,
+                        want);
             fail();
         }
         expect_conv16(dt, f, h);
@@ -841,13 +886,17 @@ static void test_copy(void **state)
 {
     (void)state;
     unsigned char buf[64], want[64];
-    for (int i = 0; i < 64; i++) buf[i] = (unsigned char)i;
+    for (int i = 0; i < 64; i++)
+        buf[i] = (unsigned char)i;
     chorus_kernel_copy(buf + 3, buf, 40); /* overlapping, forward */
-    for (int i = 0; i < 64; i++) want[i] = (unsigned char)(i < 3 ? i : i < 43 ? i - 3 : i);
+    for (int i = 0; i < 64; i++)
+        want[i] = (unsigned char)(i < 3 ? i : i < 43 ? i - 3 : i);
     assert_memory_equal(buf, want, 64);
-    for (int i = 0; i < 64; i++) buf[i] = (unsigned char)i;
+    for (int i = 0; i < 64; i++)
+        buf[i] = (unsigned char)i;
     chorus_kernel_copy(buf, buf + 5, 50); /* overlapping, backward */
-    for (int i = 0; i < 64; i++) want[i] = (unsigned char)(i < 50 ? i + 5 : i);
+    for (int i = 0; i < 64; i++)
+        want[i] = (unsigned char)(i < 50 ? i + 5 : i);
     assert_memory_equal(buf, want, 64);
     chorus_kernel_copy(buf, buf, 64);
     assert_memory_equal(buf, want, 64);
@@ -894,28 +943,17 @@ static void test_dtype_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dtype_names),
-        cmocka_unit_test(test_reduce_int8),
-        cmocka_unit_test(test_reduce_uint8),
-        cmocka_unit_test(test_reduce_int32),
-        cmocka_unit_test(test_reduce_uint32),
-        cmocka_unit_test(test_reduce_int64),
-        cmocka_unit_test(test_reduce_uint64),
-        cmocka_unit_test(test_reduce_float16),
-        cmocka_unit_test(test_reduce_bfloat16),
-        cmocka_unit_test(test_reduce_float32),
-        cmocka_unit_test(test_reduce_float64),
-        cmocka_unit_test(test_integer_wraparound),
-        cmocka_unit_test(test_float_specials),
-        cmocka_unit_test(test_half_reduce_rounding),
-        cmocka_unit_test(test_half_conversions),
-        cmocka_unit_test(test_bf16_conversions),
-        cmocka_unit_test(test_conversions_random),
-        cmocka_unit_test(test_divide_integers),
-        cmocka_unit_test(test_divide_random),
-        cmocka_unit_test(test_divide_floats),
-        cmocka_unit_test(test_invalid_arguments),
-        cmocka_unit_test(test_copy),
+        cmocka_unit_test(test_dtype_names),        cmocka_unit_test(test_reduce_int8),
+        cmocka_unit_test(test_reduce_uint8),       cmocka_unit_test(test_reduce_int32),
+        cmocka_unit_test(test_reduce_uint32),      cmocka_unit_test(test_reduce_int64),
+        cmocka_unit_test(test_reduce_uint64),      cmocka_unit_test(test_reduce_float16),
+        cmocka_unit_test(test_reduce_bfloat16),    cmocka_unit_test(test_reduce_float32),
+        cmocka_unit_test(test_reduce_float64),     cmocka_unit_test(test_integer_wraparound),
+        cmocka_unit_test(test_float_specials),     cmocka_unit_test(test_half_reduce_rounding),
+        cmocka_unit_test(test_half_conversions),   cmocka_unit_test(test_bf16_conversions),
+        cmocka_unit_test(test_conversions_random), cmocka_unit_test(test_divide_integers),
+        cmocka_unit_test(test_divide_random),      cmocka_unit_test(test_divide_floats),
+        cmocka_unit_test(test_invalid_arguments),  cmocka_unit_test(test_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,205 @@
+#!/bin/sh
+# Runs the Chorus tests and prints one line per test: PASS, FAIL or SKIP, its timing, and
+# for a skip the reason. Ends with exactly "N passed, N failed, N skipped" and exits
+# non-zero if anything failed. A skip never counts as a pass.
+#
+#   BUILD=build sh tests/run_tests.sh [all|unit|mp|scripts] [--keep-logs]
+#
+#   unit     every $BUILD/tests/test_* cmocka binary
+#   mp       the collective matrix (mp_coll_matrix) through chorusrun on 1, 2, 3, 4 and 8
+#            ranks, over CHORUS_TRANSPORT=shm, tcp and auto, once per algorithm
+#   scripts  every tests/mp/*.sh (mpirun, torchrun-style launch, strangers)
+#
+# Every run has a deadline (chorusrun --timeout, or timeout(1) for the scripts), so nothing
+# hangs. Logs of failed tests are printed (last lines) and kept under $LOGDIR.
+set -u
+
+BUILD=${BUILD:-build}
+WHAT=all
+KEEP=0
+for arg in "$@"; do
+    case "$arg" in
+    all | unit | mp | scripts) WHAT=$arg ;;
+    --keep-logs) KEEP=1 ;;
+    *) echo "usage: BUILD=dir sh tests/run_tests.sh [all|unit|mp|scripts] [--keep-logs]" >&2
+       exit 2 ;;
+    esac
+done
+export BUILD
+# A library hang must turn into an error well before the launcher's own deadline.
+export CHORUS_TIMEOUT=${CHORUS_TIMEOUT:-60}
+# The tests launch their own jobs: a rank identity inherited from a caller would mislead.
+unset CHORUS_UNIQUE_ID CHORUS_RANK CHORUS_WORLD_SIZE CHORUS_LOCAL_RANK CHORUS_LOCAL_SIZE \
+    CHORUS_ROOT RANK WORLD_SIZE MASTER_ADDR MASTER_PORT CHORUS_ALGO CHORUS_TRANSPORT 2>/dev/null
+
+LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/chorus-tests.XXXXXX") || exit 2
+NPASS=0
+NFAIL=0
+NSKIP=0
+T_START=$(date +%s.%N)
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# report STATUS NAME SECONDS [DETAIL]
+report() {
+    case "$1" in
+    PASS) NPASS=$((NPASS + 1)) ;;
+    FAIL) NFAIL=$((NFAIL + 1)) ;;
+    SKIP) NSKIP=$((NSKIP + 1)) ;;
+    esac
+    if [ -n "${4:-}" ]; then
+        printf '%-4s  %-58s %6ss  %s\n' "$1" "$2" "$3" "$4"
+    else
+        printf '%-4s  %-58s %6ss\n' "$1" "$2" "$3"
+    fi
+}
+
+# The reason a test gave for skipping: its last "skipped: ..." line.
+skip_reason() {
+    r=$(grep -o 'skipped: .*' "$1" | tail -n 1)
+    [ -n "$r" ] && echo "$r" || echo "skipped: (no reason given)"
+}
+
+show_log() {
+    echo "      --- last lines of $1 ---"
+    tail -n 25 "$1" | sed 's/^/      /'
+}
+
+# run_test NAME CMD...: exit 0 passes, 77 skips (the test printed "skipped: <reason>"),
+# anything else fails.
+run_test() {
+    name=$1
+    shift
+    log="$LOGDIR/$(echo "$name" | tr -c 'A-Za-z0-9_.=-' '_').log"
+    t0=$(now)
+    "$@" >"$log" 2>&1
+    rc=$?
+    t=$(elapsed "$t0")
+    if [ "$rc" -eq 0 ]; then
+        report PASS "$name" "$t"
+    elif [ "$rc" -eq 77 ]; then
+        report SKIP "$name" "$t" "$(skip_reason "$log")"
+    else
+        if [ "$rc" -eq 124 ]; then why="timed out"; else why="exit status $rc"; fi
+        report FAIL "$name" "$t" "$why"
+        show_log "$log"
+    fi
+}
+
+# ---- Unit tests ----
+
+# A cmocka binary is one test line; each test it skipped is one more SKIP line, with the
+# reason the test printed ("skipped: ...") in the order they appear.
+run_unit() {
+    found=0
+    for bin in "$BUILD"/tests/test_*; do
+        [ -x "$bin" ] || continue
+        found=1
+        name="unit/$(basename "$bin")"
+        log="$LOGDIR/$(basename "$bin").log"
+        t0=$(now)
+        timeout -k 5 180 "$bin" >"$log" 2>&1
+        rc=$?
+        t=$(elapsed "$t0")
+        if [ "$rc" -eq 0 ]; then
+            report PASS "$name" "$t"
+        else
+            if [ "$rc" -eq 124 ]; then why="timed out"; else why="exit status $rc"; fi
+            report FAIL "$name" "$t" "$why"
+            show_log "$log"
+        fi
+        # cmocka lists each skipped test twice (when it runs and in the summary).
+        grep -o 'skipped: .*' "$log" >"$log.reasons"
+        grep '\[  SKIPPED \]' "$log" | grep -v 'test(s)' | sed 's/.*\] *//' |
+            awk '!seen[$0]++' >"$log.skipped"
+        i=0
+        while read -r tname; do
+            i=$((i + 1))
+            reason=$(sed -n "${i}p" "$log.reasons")
+            report SKIP "$name/$tname" "-" "${reason:-skipped: (no reason given)}"
+        done <"$log.skipped"
+    done
+    if [ "$found" -eq 0 ]; then
+        report SKIP "unit" "0.0" "skipped: no $BUILD/tests/test_* binaries (run make first)"
+    fi
+}
+
+# ---- The collective matrix ----
+
+CHORUSRUN="$BUILD/bin/chorusrun"
+MATRIX="$BUILD/tests/mp_coll_matrix"
+
+# matrix N TRANSPORT ALGO [ENV=VALUE...] [-- matrix options]
+matrix() {
+    n=$1 tp=$2 algo=$3
+    shift 3
+    envs=""
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs="$envs $1"; shift; done
+    [ $# -gt 0 ] && shift
+    label="mp/coll_matrix n=$n transport=$tp algo=$algo"
+    [ -n "$envs" ] && label="$label$envs"
+    [ $# -gt 0 ] && label="$label $*"
+    # shellcheck disable=SC2086
+    # Every collective of the matrix takes well under a second; 20 s means a hang.
+    run_test "$label" env CHORUS_TRANSPORT="$tp" CHORUS_TIMEOUT=20 $envs \
+        "$CHORUSRUN" -n "$n" --timeout 150 -- "$MATRIX" --algo "$algo" "$@"
+}
+
+run_mp() {
+    if [ ! -x "$CHORUSRUN" ] || [ ! -x "$MATRIX" ]; then
+        report FAIL "mp/coll_matrix" "0.0" "missing $CHORUSRUN or $MATRIX (run make first)"
+        return
+    fi
+    # One rank: no peers, so the transport does not matter.
+    for algo in auto ring tree rd; do matrix 1 auto "$algo"; done
+    # The whole matrix (each algorithm runs the collectives it implements; auto runs all)
+    # on 2, 3 and 4 ranks over each transport.
+    for n in 2 3 4; do
+        for tp in shm tcp; do
+            for algo in auto ring tree rd; do matrix "$n" "$tp" "$algo"; done
+        done
+        matrix "$n" auto auto
+    done
+    # Rank counts that are not powers of two fold differently in rd and tree.
+    for n in 5 6 7; do
+        for algo in auto tree rd; do matrix "$n" shm "$algo" -- --large 0; done
+    done
+    matrix 6 tcp auto -- --large 0
+    # Eight ranks oversubscribe the cores: every case, but only two large ones.
+    for tp in shm tcp; do
+        for algo in auto ring tree rd; do
+            matrix 8 "$tp" "$algo" -- --large-colls allreduce,reduce_scatter --large 400003
+        done
+    done
+    # Small chunks, rings and socket buffers: many pipeline steps and full buffers
+    # (partial writes, wrap-around, back-pressure) on every count.
+    matrix 4 shm auto CHORUS_CHUNK_SIZE=4K CHORUS_SHM_RING_SIZE=64K
+    matrix 4 tcp ring CHORUS_CHUNK_SIZE=4K CHORUS_TCP_BUF=16K
+    matrix 3 tcp auto CHORUS_TCP_BUF=16K
+}
+
+# ---- Scripted tests ----
+
+run_scripts() {
+    for script in tests/mp/*.sh; do
+        [ -f "$script" ] || continue
+        run_test "script/$(basename "$script" .sh)" timeout -k 5 240 sh "$script"
+    done
+}
+
+case "$WHAT" in
+unit) run_unit ;;
+mp) run_mp ;;
+scripts) run_scripts ;;
+all) run_unit; run_mp; run_scripts ;;
+esac
+
+if [ "$KEEP" -eq 1 ] || [ "$NFAIL" -gt 0 ]; then
+    echo "total time $(elapsed "$T_START") s; logs kept in $LOGDIR"
+else
+    echo "total time $(elapsed "$T_START") s"
+    rm -rf "$LOGDIR"
+fi
+echo "$NPASS passed, $NFAIL failed, $NSKIP skipped"
+[ "$NFAIL" -eq 0 ]
