@@ -100,7 +100,7 @@ install: all
 	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/libchorus.so.0
 	ln -sf libchorus.so.0 $(DESTDIR)$(PREFIX)/lib/libchorus.so
-	install -m 644 $(BUILD)/lib/pkgconfig/chorus.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|' tools/chorus.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/chorus.pc
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 
 clean:

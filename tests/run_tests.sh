@@ -28,6 +28,8 @@ done
 export BUILD
 # A library hang must turn into an error well before the launcher's own deadline.
 export CHORUS_TIMEOUT=${CHORUS_TIMEOUT:-60}
+# Test traffic stays on loopback: ids made by chorus_get_unique_id listen there too.
+export CHORUS_SOCKET_IFNAME=${CHORUS_SOCKET_IFNAME:-lo}
 # The tests launch their own jobs: a rank identity inherited from a caller would mislead.
 unset CHORUS_UNIQUE_ID CHORUS_RANK CHORUS_WORLD_SIZE CHORUS_LOCAL_RANK CHORUS_LOCAL_SIZE \
     CHORUS_ROOT RANK WORLD_SIZE MASTER_ADDR MASTER_PORT CHORUS_ALGO CHORUS_TRANSPORT 2>/dev/null

@@ -4,7 +4,7 @@
 # reported, never fatal.
 set -u
 REQUIRED="build-essential pkg-config libssl-dev libcmocka-dev"
-OPTIONAL="openmpi-bin libopenmpi-dev valgrind iproute2 gnuplot"
+OPTIONAL="openmpi-bin valgrind"
 
 missing() {
     for p in "$@"; do

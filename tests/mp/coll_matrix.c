@@ -197,7 +197,9 @@ static void gen(chorus_dtype_t dt, int op, int n, uint64_t key, size_t index,
         v = mp_is_signed(dt) ? (uint64_t)sv[r % 5] : 1 + r % 3;
     } else if (op == CHORUS_AVG && mp_is_signed(dt)) {
         uint64_t range = ((1ULL << (bits - 1)) - 1) / (uint64_t)n; /* |sum| < 2^(bits-1) */
-        v = (uint64_t)((int64_t)(r % (2 * range + 1)) - (int64_t)range);
+        /* Unsigned arithmetic: for int64 on one rank, 2 * range + 1 is 2^64 - 1 and the
+         * signed difference would overflow; the wrapped result is the same bit pattern. */
+        v = r % (2 * range + 1) - range;
     } else if (op == CHORUS_AVG) {
         uint64_t max = bits == 64 ? ~0ULL : (1ULL << bits) - 1;
         uint64_t range = max / (uint64_t)n;

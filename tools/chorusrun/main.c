@@ -255,27 +255,45 @@ static char *format_entry(const char *name, long value)
     return strdup(text);
 }
 
-/* The environment of one rank: chorusrun's own, less any inherited rank variables, plus
- * this rank's. Built before the fork; never freed, as chorusrun exits soon after. */
+/* The number of entries build_env() allocates itself, at the start of the array. */
+#define ENV_OWNED 4
+
+/* Frees an environment made by build_env(): its own entries and the array, not the
+ * entries borrowed from environ or the id entry. */
+static void free_env(char **env)
+{
+    if (env == NULL) return;
+    for (size_t i = 0; i < ENV_OWNED; i++)
+        free(env[i]);
+    free(env);
+}
+
+/* The environment of one rank: this rank's variables first, then chorusrun's own less any
+ * inherited rank variables. Built before the fork and freed by the caller after it (the
+ * child has exec'd with its copy by then). */
 static char **build_env(int rank, int nranks, const char *id_entry)
 {
-    size_t count = 0, n = 0;
+    size_t count = 0, n = ENV_OWNED;
     char **env;
 
     while (environ[count] != NULL)
         count++;
-    env = calloc(count + 6, sizeof(*env));
+    env = calloc(count + ENV_OWNED + 2, sizeof(*env));
     if (env == NULL) return NULL;
+    env[0] = format_entry("CHORUS_RANK", rank);
+    env[1] = format_entry("CHORUS_WORLD_SIZE", nranks);
+    env[2] = format_entry("CHORUS_LOCAL_RANK", rank);
+    env[3] = format_entry("CHORUS_LOCAL_SIZE", nranks);
+    for (size_t i = 0; i < ENV_OWNED; i++) {
+        if (env[i] == NULL) {
+            free_env(env); /* calloc left the entries not yet made NULL */
+            return NULL;
+        }
+    }
+    env[n++] = (char *)id_entry;
     for (size_t i = 0; i < count; i++)
         if (!is_rank_variable(environ[i])) env[n++] = environ[i];
-    env[n++] = (char *)id_entry;
-    env[n++] = format_entry("CHORUS_RANK", rank);
-    env[n++] = format_entry("CHORUS_WORLD_SIZE", nranks);
-    env[n++] = format_entry("CHORUS_LOCAL_RANK", rank);
-    env[n++] = format_entry("CHORUS_LOCAL_SIZE", nranks);
     env[n] = NULL;
-    for (size_t i = n - 4; i < n; i++)
-        if (env[i] == NULL) return NULL;
     return env;
 }
 
@@ -364,6 +382,9 @@ static int spawn_rank(run_t *run, int r, const char *path, char **envp, int stdi
         if (relay_init(&rank->out, out[0], STDOUT_FILENO, prefix) != 0 ||
             relay_init(&rank->err, err[0], STDERR_FILENO, prefix) != 0) {
             say("cannot relay the output of rank %d: %s", r, strerror(errno));
+            /* A relay that was set up owns its pipe; finish() closes it. */
+            if (rank->out.buf == NULL) close(out[0]);
+            if (rank->err.buf == NULL) close(err[0]);
             return -1;
         }
     }
@@ -555,7 +576,10 @@ static char *make_id_entry(void)
         return NULL;
     }
     entry = malloc(len + 2 * CHORUS_UNIQUE_ID_BYTES + 1);
-    if (entry == NULL) return NULL;
+    if (entry == NULL) {
+        say("out of memory");
+        return NULL;
+    }
     memcpy(entry, name, len);
     for (size_t i = 0; i < CHORUS_UNIQUE_ID_BYTES; i++) {
         unsigned char byte = (unsigned char)id.internal[i];
@@ -584,7 +608,10 @@ static int start_ranks(run_t *run, const char *path, const char *id_entry, const
             close(devnull);
             return -1;
         }
-        if (spawn_rank(run, r, path, envp, stdin_fd, mask) != 0) {
+        int rc = spawn_rank(run, r, path, envp, stdin_fd, mask);
+        /* The child has its own copy of the environment (or has exec'd with it). */
+        free_env(envp);
+        if (rc != 0) {
             close(devnull);
             return -1;
         }
@@ -596,10 +623,10 @@ static int start_ranks(run_t *run, const char *path, const char *id_entry, const
 int main(int argc, char **argv)
 {
     run_t run;
-    struct pollfd *pfds;
-    relay_t **polled;
+    struct pollfd *pfds = NULL;
+    relay_t **polled = NULL;
     sigset_t old_mask;
-    char *path, *id_entry;
+    char *path, *id_entry = NULL;
 
     memset(&run, 0, sizeof(run));
     run.exit_code = -1;
@@ -612,18 +639,32 @@ int main(int argc, char **argv)
     run.sigfd = setup_signals(&old_mask);
     if (run.sigfd < 0) {
         say("cannot set up signal handling: %s", strerror(errno));
-        return 1;
+        run.exit_code = 1;
+        goto out_path;
     }
     id_entry = make_id_entry();
     run.ranks = calloc((size_t)run.opt.nranks, sizeof(*run.ranks));
     pfds = calloc(2 * (size_t)run.opt.nranks + 1, sizeof(*pfds));
     polled = calloc(2 * (size_t)run.opt.nranks + 1, sizeof(*polled));
-    if (id_entry == NULL || run.ranks == NULL || pfds == NULL || polled == NULL) return 1;
+    if (id_entry == NULL || run.ranks == NULL || pfds == NULL || polled == NULL) {
+        if (id_entry != NULL) say("out of memory");
+        run.exit_code = 1;
+        goto out_free;
+    }
     if (start_ranks(&run, path, id_entry, &old_mask) != 0) {
         run.exit_code = 1;
         stop_ranks(&run, SIGKILL);
     }
     supervise(&run, pfds, polled);
     finish(&run);
+
+out_free:
+    free(polled);
+    free(pfds);
+    free(run.ranks);
+    free(id_entry);
+    close(run.sigfd);
+out_path:
+    free(path);
     return run.exit_code < 0 ? 0 : run.exit_code;
 }

@@ -50,7 +50,10 @@ struct chorus_tp {
 };
 
 /* Applies CHORUS_TCP_BUF to SO_SNDBUF / SO_RCVBUF (where the kernel allows that much) and
- * TCP_NODELAY. Failures are logged, not fatal: the defaults still work. */
+ * TCP_NODELAY. Failures are logged, not fatal: the defaults still work. Call it before
+ * connect() (or on the listener before any peer connects): buffers set after the handshake
+ * leave the peer's segments sized for the default window, larger than a small buffer can
+ * ever offer again, and the connection then crawls on TCP's persist timer. */
 void tcp_tune_socket(const struct chorus_tp *tp, int fd);
 
 /* Marks the connection to peer failed: closes it, completes every pending request on it
