@@ -1,0 +1,251 @@
+/*
+ * The collective entry points: check the arguments, pick an algorithm, fetch its schedule
+ * from the communicator's cache (building one costs more than running a small message),
+ * and run it on the engine. AVG runs as SUM and divides the result once at the end.
+ */
+#include "core/comm.h"
+
+#include "kernels.h"
+#include "util/log.h"
+#include "util/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The cached schedule for args under algo, building it on a miss. The least recently
+ * used entry makes room. */
+static chorus_status_t coll_sched_get(chorus_comm_t comm, chorus_algo_t algo,
+                                      const chorus_coll_args_t *args,
+                                      const chorus_sched_t **sched_p)
+{
+    chorus_sched_entry_t *e, *victim = &comm->cache[0];
+    chorus_status_t status;
+
+    for (int i = 0; i < CHORUS_SCHED_CACHE_SIZE; i++) {
+        e = &comm->cache[i];
+        if (e->valid && e->coll == args->coll && e->algo == algo && e->count == args->count &&
+            e->root == args->root && e->chunk_count == args->chunk_count) {
+            e->last_use = ++comm->cache_clock;
+            *sched_p = &e->sched;
+            return CHORUS_SUCCESS;
+        }
+        if (victim->valid && (!e->valid || e->last_use < victim->last_use)) victim = e;
+    }
+    if (victim->valid) {
+        chorus__sched_fini(&victim->sched);
+        victim->valid = 0;
+    }
+    chorus__sched_init(&victim->sched, comm->rank, comm->nranks);
+    status = chorus__algo_build(algo, args, &victim->sched);
+    if (status != CHORUS_SUCCESS) {
+        chorus__sched_fini(&victim->sched);
+        return chorus__error_context(status, "rank %d: %s: building the %s schedule",
+                                     comm->rank, chorus__core_coll_name(args->coll),
+                                     chorus__algo_name(algo));
+    }
+    victim->valid = 1;
+    victim->coll = args->coll;
+    victim->algo = algo;
+    victim->count = args->count;
+    victim->root = args->root;
+    victim->chunk_count = args->chunk_count;
+    victim->last_use = ++comm->cache_clock;
+    *sched_p = &victim->sched;
+    return CHORUS_SUCCESS;
+}
+
+/* Makes *buf_p hold at least bytes. */
+static chorus_status_t coll_grow(chorus_comm_t comm, void **buf_p, size_t *cap_p, size_t bytes)
+{
+    void *p;
+
+    if (bytes <= *cap_p) return CHORUS_SUCCESS;
+    p = realloc(*buf_p, bytes);
+    if (p == NULL)
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: no memory for %zu bytes of scratch",
+                             comm->rank, bytes);
+    *buf_p = p;
+    *cap_p = bytes;
+    return CHORUS_SUCCESS;
+}
+
+/* Nonzero if some step of s writes buffer b. */
+static int coll_sched_writes(const chorus_sched_t *s, chorus_buf_id_t b)
+{
+    for (uint32_t i = 0; i < s->nsteps; i++) {
+        const chorus_step_t *st = &s->steps[i];
+        if (st->kind != CHORUS_STEP_SEND && st->dst.buf == b) return 1;
+    }
+    return 0;
+}
+
+/* Binds the symbolic buffers of sched to the call's memory. */
+static chorus_status_t coll_bind(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                 const chorus_sched_t *sched, size_t esize,
+                                 void *bufs[CHORUS_NUM_BUFS])
+{
+    chorus_status_t status;
+
+    bufs[CHORUS_BUF_SEND] = (void *)call->sendbuf;
+    bufs[CHORUS_BUF_RECV] = call->recvbuf;
+    bufs[CHORUS_BUF_SCRATCH] = NULL;
+    /* Non-roots of a broadcast may pass no (or any) sendbuf; what a schedule might read
+     * there is never used, so their own recvbuf stands in. */
+    if (call->coll == CHORUS_COLL_BROADCAST && comm->rank != call->root)
+        bufs[CHORUS_BUF_SEND] = call->recvbuf;
+    /* Non-roots of a reduce may pass no (or any) recvbuf, and must not see it written; an
+     * algorithm that stages partial results in RECV there gets a private sink. */
+    if (call->coll == CHORUS_COLL_REDUCE && comm->rank != call->root) {
+        bufs[CHORUS_BUF_RECV] = NULL;
+        if (coll_sched_writes(sched, CHORUS_BUF_RECV)) {
+            status = coll_grow(comm, &comm->sink, &comm->sink_bytes, call->count * esize);
+            if (status != CHORUS_SUCCESS) return status;
+            bufs[CHORUS_BUF_RECV] = comm->sink;
+        }
+    }
+    if (sched->scratch_count > 0) {
+        if (sched->scratch_count > SIZE_MAX / esize)
+            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: scratch too large", comm->rank);
+        status = coll_grow(comm, &comm->scratch, &comm->scratch_bytes,
+                           (size_t)sched->scratch_count * esize);
+        if (status != CHORUS_SUCCESS) return status;
+        bufs[CHORUS_BUF_SCRATCH] = comm->scratch;
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* Runs a validated call with count > 0 (or a barrier). */
+static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *call)
+{
+    const char *name = chorus__core_coll_name(call->coll);
+    size_t esize = chorus_dtype_size(call->dtype);
+    const chorus_sched_t *sched = NULL;
+    void *bufs[CHORUS_NUM_BUFS];
+    chorus_coll_args_t args;
+    chorus_algo_t algo;
+    chorus_op_t op = call->op == CHORUS_AVG ? CHORUS_SUM : call->op;
+    chorus_status_t status;
+    char what[64];
+
+    memset(&args, 0, sizeof args);
+    args.coll = call->coll;
+    args.rank = comm->rank;
+    args.nranks = comm->nranks;
+    args.count = call->count;
+    args.root = call->root;
+    args.chunk_count = chorus__select_chunk_count(comm, esize);
+    algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
+
+    status = coll_sched_get(comm, algo, &args, &sched);
+    if (status == CHORUS_SUCCESS) status = coll_bind(comm, call, sched, esize, bufs);
+    if (status != CHORUS_SUCCESS) return chorus__comm_record_error(comm, status);
+
+    chorus__comm_what(comm, name, what, sizeof what);
+    CHORUS_TRACE("core", "%s: %zu x %s, %s, %u steps", what, call->count,
+                 chorus_dtype_name(call->dtype), chorus__algo_name(algo), sched->nsteps);
+    status = chorus__comm_exec(comm, sched, bufs, call->dtype, op, what);
+    if (status != CHORUS_SUCCESS || call->op != CHORUS_AVG) return status;
+
+    if (call->coll == CHORUS_COLL_REDUCE && comm->rank != call->root) return CHORUS_SUCCESS;
+    status = chorus_kernel_divide(call->recvbuf, call->count, call->dtype,
+                                  (uint64_t)comm->nranks);
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "rank %d: %s", comm->rank, what);
+        return chorus__comm_record_error(comm, status);
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* The common path of every collective entry point. */
+static chorus_status_t coll_entry(chorus_comm_t comm, const chorus_coll_call_t *call)
+{
+    const char *name = chorus__core_coll_name(call->coll);
+    chorus_status_t status;
+
+    chorus__error_clear();
+    if (comm != NULL) chorus__log_set_rank(comm->rank);
+    status = chorus__validate_coll(comm, call);
+    if (status != CHORUS_SUCCESS) return status;
+    if (chorus__p2p_in_group())
+        return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                             "rank %d: %s: collectives inside chorus_group_start/end are not "
+                             "supported",
+                             comm->rank, name);
+    status = chorus__comm_check_failed(comm, name);
+    if (status != CHORUS_SUCCESS) return status;
+    if (call->count == 0 && call->coll != CHORUS_COLL_BARRIER) return CHORUS_SUCCESS;
+    return coll_run(comm, call);
+}
+
+void chorus__coll_release(chorus_comm_t comm)
+{
+    for (int i = 0; i < CHORUS_SCHED_CACHE_SIZE; i++) {
+        if (comm->cache[i].valid) chorus__sched_fini(&comm->cache[i].sched);
+        comm->cache[i].valid = 0;
+    }
+    free(comm->scratch);
+    comm->scratch = NULL;
+    comm->scratch_bytes = 0;
+    free(comm->sink);
+    comm->sink = NULL;
+    comm->sink_bytes = 0;
+}
+
+chorus_status_t chorus_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                 chorus_dtype_t dtype, chorus_op_t op, chorus_comm_t comm,
+                                 void *stream)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0,
+                               stream};
+    return coll_entry(comm, &call);
+}
+
+chorus_status_t chorus_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                 chorus_dtype_t dtype, chorus_comm_t comm, void *stream)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
+                               CHORUS_SUM, 0, stream};
+    return coll_entry(comm, &call);
+}
+
+chorus_status_t chorus_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                      chorus_dtype_t dtype, chorus_op_t op, chorus_comm_t comm,
+                                      void *stream)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
+                               op, 0, stream};
+    return coll_entry(comm, &call);
+}
+
+chorus_status_t chorus_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                 chorus_dtype_t dtype, int root, chorus_comm_t comm, void *stream)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
+                               CHORUS_SUM, root, stream};
+    return coll_entry(comm, &call);
+}
+
+chorus_status_t chorus_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                              chorus_dtype_t dtype, chorus_op_t op, int root, chorus_comm_t comm,
+                              void *stream)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root,
+                               stream};
+    return coll_entry(comm, &call);
+}
+
+chorus_status_t chorus_alltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
+                                chorus_dtype_t dtype, chorus_comm_t comm, void *stream)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_ALLTOALL, sendbuf, recvbuf, count_per_peer, dtype,
+                               CHORUS_SUM, 0, stream};
+    return coll_entry(comm, &call);
+}
+
+chorus_status_t chorus_barrier(chorus_comm_t comm)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0,
+                               NULL};
+    return coll_entry(comm, &call);
+}

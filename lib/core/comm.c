@@ -1,0 +1,500 @@
+/*
+ * Communicators: creation (bootstrap, then one transport per class of peer), the small
+ * public accessors, abort, destroy, and the failure rule shared by every entry point.
+ */
+#include "core/comm.h"
+
+#include "transport/transport.h"
+#include "util/clock.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CORE_HOST_MAX 192
+
+typedef enum { CORE_MODE_AUTO = 0, CORE_MODE_SHM = 1, CORE_MODE_TCP = 2 } core_mode_t;
+
+/* What each rank tells the others about itself during init. Fixed size, no pointers. */
+typedef struct {
+    char host[CORE_HOST_MAX]; /* host identity: same string <=> same host */
+    int32_t rank;
+    int32_t nranks;
+    int32_t pid;
+    int32_t mode; /* core_mode_t: every rank must ask for the same */
+} core_peer_info_t;
+
+/* A transport's address blob as exchanged: a status first, so that a rank whose transport
+ * failed to start tells the others instead of leaving them to time out. */
+typedef struct {
+    int32_t status;
+    int32_t pad;
+    char blob[CHORUS_TP_BLOB_MAX];
+} core_blob_rec_t;
+
+static const char *const core_mode_names[] = {"auto", "shm", "tcp"};
+
+/* ---- failure rule ---- */
+
+chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t status)
+{
+    if (status == CHORUS_SUCCESS) return status;
+    pthread_mutex_lock(&comm->err_lock);
+    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == 0) {
+        snprintf(comm->first_error, sizeof comm->first_error, "%s", chorus_last_error());
+        __atomic_store_n(&comm->async_error, (int)status, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&comm->err_lock);
+    return status;
+}
+
+chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname)
+{
+    char first[CHORUS_COMM_ERRMSG_MAX];
+    int status = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+
+    if (status == 0) return CHORUS_SUCCESS;
+    pthread_mutex_lock(&comm->err_lock);
+    snprintf(first, sizeof first, "%s", comm->first_error);
+    pthread_mutex_unlock(&comm->err_lock);
+    return chorus__error((chorus_status_t)status,
+                         "rank %d: %s: the communicator failed earlier (%s): %s", comm->rank,
+                         opname, chorus_status_string((chorus_status_t)status), first);
+}
+
+void chorus__comm_what(chorus_comm_t comm, const char *name, char *buf, size_t len)
+{
+    char digits[24];
+    uint64_t seq = ++comm->seq;
+    size_t n = 0, i = 0;
+
+    do {
+        digits[n++] = (char)('0' + seq % 10);
+        seq /= 10;
+    } while (seq > 0);
+    while (*name != '\0' && i + 3 + n < len) buf[i++] = *name++;
+    buf[i++] = ' ';
+    buf[i++] = '#';
+    while (n > 0) buf[i++] = digits[--n];
+    buf[i] = '\0';
+}
+
+chorus_status_t chorus__comm_exec(chorus_comm_t comm, const chorus_sched_t *sched,
+                                  void *const bufs[CHORUS_NUM_BUFS], chorus_dtype_t dtype,
+                                  chorus_op_t op, const char *what)
+{
+    chorus_status_t status;
+
+    status = chorus__exec_start(&comm->exec, sched, bufs, dtype, op, comm->peers, comm->tps,
+                                comm->ntps, what);
+    if (status == CHORUS_SUCCESS)
+        status = chorus__exec_wait(&comm->exec, chorus__deadline_after(comm->timeout_s),
+                                   &comm->abort_flag);
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "rank %d", comm->rank);
+        chorus__comm_record_error(comm, status);
+    }
+    return status;
+}
+
+/* ---- init ---- */
+
+static void core_host_identity(char *out, size_t len)
+{
+    const char *hostid = chorus__config_str("CHORUS_HOSTID");
+    char host[256] = "";
+    char boot[64] = "";
+    FILE *f;
+
+    if (hostid != NULL) {
+        snprintf(out, len, "%s", hostid);
+        return;
+    }
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    /* Two containers may share a host name; the boot id tells whether they share a kernel
+     * (and so /dev/shm and process_vm_readv). */
+    f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(boot, sizeof boot, f) == NULL) boot[0] = '\0';
+        boot[strcspn(boot, "\n")] = '\0';
+        fclose(f);
+    }
+    snprintf(out, len, "%s/%s", host, boot);
+}
+
+static chorus_status_t core_parse_mode(core_mode_t *mode_p)
+{
+    const char *text = chorus__config_str("CHORUS_TRANSPORT");
+
+    if (text == NULL || strcmp(text, "auto") == 0) *mode_p = CORE_MODE_AUTO;
+    else if (strcmp(text, "shm") == 0) *mode_p = CORE_MODE_SHM;
+    else if (strcmp(text, "tcp") == 0) *mode_p = CORE_MODE_TCP;
+    else
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "chorus_comm_init: CHORUS_TRANSPORT=%s is not auto, shm or tcp", text);
+    return CHORUS_SUCCESS;
+}
+
+/* The transport class of the pair (a, b); symmetric, so both ends agree. */
+static chorus_peer_kind_t core_pair_kind(const core_peer_info_t *infos, int a, int b,
+                                         core_mode_t mode)
+{
+    if (a == b) return CHORUS_PEER_SELF;
+    if (mode == CORE_MODE_TCP) return CHORUS_PEER_TCP;
+    if (strcmp(infos[a].host, infos[b].host) == 0) return CHORUS_PEER_SHM;
+    return CHORUS_PEER_TCP;
+}
+
+/* Exchanges peer info and decides how to reach every peer. */
+static chorus_status_t core_plan_peers(chorus_comm_t comm, core_peer_info_t *infos,
+                                       core_mode_t mode)
+{
+    core_peer_info_t *me = &infos[comm->rank];
+    chorus_status_t status;
+    int p, q;
+
+    memset(me, 0, sizeof *me);
+    core_host_identity(me->host, sizeof me->host);
+    me->rank = comm->rank;
+    me->nranks = comm->nranks;
+    me->pid = (int32_t)getpid();
+    me->mode = (int32_t)mode;
+    status = chorus__bootstrap_allgather(comm->bs, infos, sizeof *infos);
+    if (status != CHORUS_SUCCESS)
+        return chorus__error_context(status, "chorus_comm_init: rank %d: exchanging peer info",
+                                     comm->rank);
+
+    comm->nhosts = 0;
+    for (p = 0; p < comm->nranks; p++) {
+        if (infos[p].rank != p || infos[p].nranks != comm->nranks)
+            return chorus__error(CHORUS_ERR_MISMATCH,
+                                 "chorus_comm_init: rank %d: peer %d says it is rank %d of %d",
+                                 comm->rank, p, (int)infos[p].rank, (int)infos[p].nranks);
+        if (infos[p].mode != (int32_t)mode)
+            return chorus__error(CHORUS_ERR_MISMATCH,
+                                 "chorus_comm_init: rank %d: CHORUS_TRANSPORT is %s here but %s "
+                                 "on peer %d",
+                                 comm->rank, core_mode_names[mode],
+                                 infos[p].mode >= 0 && infos[p].mode <= 2
+                                     ? core_mode_names[infos[p].mode] : "?", p);
+        infos[p].host[CORE_HOST_MAX - 1] = '\0';
+        for (q = 0; q < p && strcmp(infos[q].host, infos[p].host) != 0; q++) {
+        }
+        if (q == p) comm->nhosts++;
+        comm->peer_kind[p] = (uint8_t)core_pair_kind(infos, comm->rank, p, mode);
+        if (mode == CORE_MODE_SHM && strcmp(infos[p].host, me->host) != 0)
+            return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                                 "chorus_comm_init: rank %d: CHORUS_TRANSPORT=shm but peer %d "
+                                 "is on another host (%s, here %s)",
+                                 comm->rank, p, infos[p].host, me->host);
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* Nonzero if any pair of ranks uses kind: then every rank takes part in its blob exchange. */
+static int core_kind_used(const core_peer_info_t *infos, int nranks, core_mode_t mode,
+                          chorus_peer_kind_t kind)
+{
+    for (int a = 0; a < nranks; a++)
+        for (int b = a + 1; b < nranks; b++)
+            if (core_pair_kind(infos, a, b, mode) == kind) return 1;
+    return 0;
+}
+
+/* Starts the transport, exchanges address blobs and connects to the peers of kind. */
+static chorus_status_t core_connect_kind(chorus_comm_t comm, const chorus_tp_ops_t *ops,
+                                         chorus_peer_kind_t kind)
+{
+    const chorus_id_info_t *info = chorus__bootstrap_id_info(comm->bs);
+    chorus_tp_params_t params;
+    chorus_status_t status, local = CHORUS_SUCCESS;
+    core_blob_rec_t *recs = NULL;
+    uint8_t *mask = NULL, *blobs = NULL;
+    chorus_tp_t *tp = NULL;
+    size_t len = CHORUS_TP_BLOB_MAX;
+    int p, npeers = 0;
+
+    recs = calloc((size_t)comm->nranks, sizeof *recs);
+    mask = calloc((size_t)comm->nranks, 1);
+    blobs = calloc((size_t)comm->nranks, CHORUS_TP_BLOB_MAX);
+    if (recs == NULL || mask == NULL || blobs == NULL) {
+        status = chorus__error(CHORUS_ERR_NO_MEMORY, "chorus_comm_init: rank %d: no memory",
+                               comm->rank);
+        goto err_free;
+    }
+    for (p = 0; p < comm->nranks; p++) {
+        mask[p] = comm->peer_kind[p] == kind;
+        npeers += mask[p];
+    }
+    if (npeers > 0) {
+        memset(&params, 0, sizeof params);
+        params.rank = comm->rank;
+        params.nranks = comm->nranks;
+        params.secret = info->secret;
+        params.comm_id = info->comm_id;
+        params.timeout_s = comm->timeout_s;
+        params.abort_flag = &comm->abort_flag;
+        params.listen_addr = chorus__bootstrap_local_addr(comm->bs);
+        local = ops->init(&params, &tp);
+        if (local == CHORUS_SUCCESS) local = ops->get_addr(tp, recs[comm->rank].blob, &len);
+        if (local != CHORUS_SUCCESS)
+            chorus__error_context(local, "chorus_comm_init: rank %d: starting %s", comm->rank,
+                                  ops->name);
+        recs[comm->rank].status = local;
+    }
+    status = chorus__bootstrap_allgather(comm->bs, recs, sizeof *recs);
+    if (local != CHORUS_SUCCESS) {
+        status = local; /* keep our own message: it is the root cause */
+        goto err_fini;
+    }
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "chorus_comm_init: rank %d: exchanging %s addresses",
+                              comm->rank, ops->name);
+        goto err_fini;
+    }
+    for (p = 0; p < comm->nranks; p++) {
+        if (recs[p].status != CHORUS_SUCCESS) {
+            status = chorus__error(CHORUS_ERR_REMOTE,
+                                   "chorus_comm_init: rank %d: peer %d failed to start its %s "
+                                   "transport (%s)",
+                                   comm->rank, p, ops->name,
+                                   chorus_status_string((chorus_status_t)recs[p].status));
+            goto err_fini;
+        }
+        memcpy(blobs + (size_t)p * CHORUS_TP_BLOB_MAX, recs[p].blob, CHORUS_TP_BLOB_MAX);
+    }
+    if (npeers > 0) {
+        status = ops->connect_all(tp, mask, blobs, chorus__deadline_after(comm->timeout_s));
+        if (status != CHORUS_SUCCESS) {
+            chorus__error_context(status, "chorus_comm_init: rank %d: connecting %s", comm->rank,
+                                  ops->name);
+            goto err_fini;
+        }
+        comm->tps[comm->ntps].ops = ops;
+        comm->tps[comm->ntps].tp = tp;
+        comm->ntps++;
+        for (p = 0; p < comm->nranks; p++) {
+            if (mask[p]) comm->peers[p] = comm->tps[comm->ntps - 1];
+        }
+    }
+    free(blobs);
+    free(mask);
+    free(recs);
+    return CHORUS_SUCCESS;
+
+err_fini:
+    if (tp != NULL) ops->fini(tp);
+err_free:
+    free(blobs);
+    free(mask);
+    free(recs);
+    return status;
+}
+
+static chorus_status_t core_connect(chorus_comm_t comm)
+{
+    core_peer_info_t *infos;
+    core_mode_t mode = CORE_MODE_AUTO;
+    chorus_status_t status;
+
+    status = core_parse_mode(&mode);
+    if (status != CHORUS_SUCCESS) return status;
+    infos = calloc((size_t)comm->nranks, sizeof *infos);
+    if (infos == NULL)
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "chorus_comm_init: rank %d: no memory",
+                             comm->rank);
+    CHORUS_CHECK_GOTO(core_plan_peers(comm, infos, mode), out);
+    /* Every rank connects shm before tcp, so that no rank waits in one transport's setup
+     * for a peer that is busy in the other's. */
+    if (core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_SHM))
+        CHORUS_CHECK_GOTO(core_connect_kind(comm, &chorus__tp_shm_ops, CHORUS_PEER_SHM), out);
+    if (core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_TCP))
+        CHORUS_CHECK_GOTO(core_connect_kind(comm, &chorus__tp_tcp_ops, CHORUS_PEER_TCP), out);
+out:
+    free(infos);
+    return status;
+}
+
+static void core_log_ready(chorus_comm_t comm)
+{
+    int nshm = 0, ntcp = 0;
+
+    if (!CHORUS_LOG_ENABLED(CHORUS_LOG_INFO)) return;
+    for (int p = 0; p < comm->nranks; p++) {
+        nshm += comm->peer_kind[p] == CHORUS_PEER_SHM;
+        ntcp += comm->peer_kind[p] == CHORUS_PEER_TCP;
+    }
+    CHORUS_INFO("core", "comm %016llx ready: rank %d of %d on %d host(s); peers: %d shm, %d tcp",
+                (unsigned long long)comm->comm_id, comm->rank, comm->nranks, comm->nhosts, nshm,
+                ntcp);
+}
+
+/* Frees what a comm holds; works on a half-built one. */
+static void core_comm_free(chorus_comm_t comm)
+{
+    chorus__p2p_forget(comm);
+    for (int i = comm->ntps - 1; i >= 0; i--) comm->tps[i].ops->fini(comm->tps[i].tp);
+    if (comm->bs != NULL) chorus__bootstrap_destroy(comm->bs);
+    chorus__exec_fini(&comm->exec);
+    chorus__coll_release(comm);
+    pthread_mutex_destroy(&comm->err_lock);
+    free(comm->peer_kind);
+    free(comm->peers);
+    free(comm);
+}
+
+chorus_status_t chorus_get_unique_id(chorus_unique_id_t *id_p)
+{
+    chorus_unique_id_t id;
+    chorus_status_t status;
+
+    chorus__error_clear();
+    if (id_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_get_unique_id: id_p is NULL");
+    status = chorus__bootstrap_new_id(NULL, &id);
+    if (status != CHORUS_SUCCESS) return chorus__error_context(status, "chorus_get_unique_id");
+    *id_p = id;
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus_unique_id_t *id,
+                                 int rank)
+{
+    chorus_comm_t comm;
+    chorus_status_t status;
+
+    chorus__error_clear();
+    if (comm_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_init: comm_p is NULL");
+    if (id == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_init: id is NULL");
+    if (nranks < 1)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "chorus_comm_init: nranks %d is not positive", nranks);
+    if (rank < 0 || rank >= nranks)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "chorus_comm_init: rank %d out of range for %d ranks", rank, nranks);
+    chorus__log_set_rank(rank);
+
+    comm = calloc(1, sizeof *comm);
+    if (comm == NULL) goto err_nomem;
+    pthread_mutex_init(&comm->err_lock, NULL);
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->nhosts = 1;
+    comm->timeout_s = chorus__config_seconds("CHORUS_TIMEOUT", 300.0);
+    chorus__select_init(comm);
+    comm->peers = calloc((size_t)nranks, sizeof *comm->peers);
+    comm->peer_kind = calloc((size_t)nranks, 1);
+    if (comm->peers == NULL || comm->peer_kind == NULL) goto err_free;
+
+    status = chorus__bootstrap_init(id, rank, nranks, comm->timeout_s, &comm->abort_flag,
+                                    &comm->bs);
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "chorus_comm_init: rank %d of %d: bootstrap", rank, nranks);
+        goto err_comm;
+    }
+    comm->comm_id = chorus__bootstrap_id_info(comm->bs)->comm_id;
+    CHORUS_CHECK_GOTO(core_connect(comm), err_comm);
+    status = chorus__bootstrap_barrier(comm->bs);
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "chorus_comm_init: rank %d: final barrier", rank);
+        goto err_comm;
+    }
+    core_log_ready(comm);
+    *comm_p = comm;
+    return CHORUS_SUCCESS;
+
+err_free:
+    core_comm_free(comm);
+err_nomem:
+    return chorus__error(CHORUS_ERR_NO_MEMORY, "chorus_comm_init: rank %d: no memory", rank);
+err_comm:
+    core_comm_free(comm);
+    return status;
+}
+
+chorus_status_t chorus_comm_init_env(chorus_comm_t *comm_p)
+{
+    chorus_unique_id_t id;
+    chorus_status_t status;
+    int rank, nranks, is_root;
+
+    chorus__error_clear();
+    if (comm_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_init_env: comm_p is NULL");
+    status = chorus__bootstrap_id_from_env(&id, &rank, &nranks, &is_root);
+    if (status != CHORUS_SUCCESS) return chorus__error_context(status, "chorus_comm_init_env");
+    if (is_root) {
+        status = chorus__bootstrap_root_start(&id);
+        if (status != CHORUS_SUCCESS)
+            return chorus__error_context(status, "chorus_comm_init_env: rank %d: root", rank);
+    }
+    return chorus_comm_init(comm_p, nranks, &id, rank);
+}
+
+chorus_status_t chorus_comm_rank(chorus_comm_t comm, int *rank_p)
+{
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_rank: comm is NULL");
+    if (rank_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_rank: rank_p is NULL");
+    *rank_p = comm->rank;
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_size(chorus_comm_t comm, int *size_p)
+{
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_size: comm is NULL");
+    if (size_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_size: size_p is NULL");
+    *size_p = comm->nranks;
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_destroy(chorus_comm_t comm)
+{
+    chorus__error_clear();
+    if (comm == NULL) return CHORUS_SUCCESS;
+    core_comm_free(comm);
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_abort(chorus_comm_t comm)
+{
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_abort: comm is NULL");
+    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+    /* Not chorus__comm_record_error: that takes the calling thread's message, and this
+     * thread may have nothing to do with the comm's calls. */
+    pthread_mutex_lock(&comm->err_lock);
+    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == 0) {
+        snprintf(comm->first_error, sizeof comm->first_error,
+                 "rank %d: the communicator was aborted", comm->rank);
+        __atomic_store_n(&comm->async_error, (int)CHORUS_ERR_ABORTED, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&comm->err_lock);
+    CHORUS_INFO("core", "comm %016llx aborted", (unsigned long long)comm->comm_id);
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_get_async_error(chorus_comm_t comm, chorus_status_t *async_error_p)
+{
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "chorus_comm_get_async_error: comm is NULL");
+    if (async_error_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "chorus_comm_get_async_error: async_error_p is NULL");
+    *async_error_p = (chorus_status_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    return CHORUS_SUCCESS;
+}

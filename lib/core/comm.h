@@ -1,0 +1,149 @@
+/*
+ * The communicator (internal view) and the helpers the public entry points of lib/core
+ * share: argument checks, the failed-communicator rule, algorithm choice, the schedule
+ * cache and running a schedule on the engine.
+ *
+ * Failure rule: the first error seen by a call on a communicator (or an abort) is recorded
+ * as its async error; every later call on it fails at once with the same status and a
+ * message that says the communicator failed earlier, because a collective that stopped
+ * half way leaves the peers' message streams out of step.
+ */
+#ifndef CHORUS_CORE_COMM_H
+#define CHORUS_CORE_COMM_H
+
+#include "chorus.h"
+#include "algo/algo.h"
+#include "bootstrap/bootstrap.h"
+#include "core/engine.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHORUS_SCHED_CACHE_SIZE 16
+#define CHORUS_COMM_ERRMSG_MAX 512
+
+/* How this rank reaches a peer. */
+typedef enum {
+    CHORUS_PEER_SELF = 0,
+    CHORUS_PEER_SHM = 1,
+    CHORUS_PEER_TCP = 2,
+} chorus_peer_kind_t;
+
+/* One cached schedule, keyed by everything the builder's output depends on. */
+typedef struct {
+    int valid;
+    chorus_coll_t coll;
+    chorus_algo_t algo;
+    uint64_t count;
+    int root;
+    uint64_t chunk_count;
+    uint64_t last_use;
+    chorus_sched_t sched;
+} chorus_sched_entry_t;
+
+struct chorus_comm {
+    int rank;
+    int nranks;
+    int nhosts;
+    uint64_t comm_id;
+    double timeout_s;
+    chorus_algo_t forced_algo; /* CHORUS_ALGO, read once at creation (AUTO: none) */
+    uint64_t chunk_bytes;      /* CHORUS_CHUNK_SIZE, read once at creation */
+    chorus_bootstrap_t *bs;
+
+    chorus_peer_tp_t *peers; /* nranks entries; {NULL, NULL} for self */
+    uint8_t *peer_kind;      /* nranks entries of chorus_peer_kind_t */
+    chorus_peer_tp_t tps[2]; /* the distinct transports in use */
+    int ntps;
+
+    /* Set by chorus_comm_abort from any thread; the engine and transports watch it. */
+    volatile int abort_flag;
+    /* The first error (0: none), read and written with __atomic builtins. */
+    int async_error;
+    pthread_mutex_t err_lock; /* guards first_error */
+    char first_error[CHORUS_COMM_ERRMSG_MAX];
+
+    chorus_exec_t exec; /* reused by every execution, so its arrays are allocated once */
+    void *scratch;      /* SCRATCH of the schedules, grown as needed */
+    size_t scratch_bytes;
+    void *sink;         /* stands in for a NULL recvbuf of reduce on non-roots */
+    size_t sink_bytes;
+    chorus_sched_entry_t cache[CHORUS_SCHED_CACHE_SIZE];
+    uint64_t cache_clock;
+    uint64_t seq;                      /* numbers operations in messages: "allreduce #12" */
+    uint64_t logged[CHORUS_NUM_COLLS]; /* size classes whose algorithm choice was logged */
+};
+
+/* One collective call, as validated and run. */
+typedef struct {
+    chorus_coll_t coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count; /* the count argument of the public call */
+    chorus_dtype_t dtype;
+    chorus_op_t op; /* allreduce, reduce_scatter, reduce */
+    int root;       /* broadcast, reduce */
+    void *stream;
+} chorus_coll_call_t;
+
+/* ---- validate.c ---- */
+
+/* The public name of a collective ("allreduce", "reduce_scatter", ...). */
+const char *chorus__core_coll_name(chorus_coll_t coll);
+
+/* CHORUS_ERR_INVALID_ARGUMENT "<opname>: comm is NULL" when comm is NULL. */
+chorus_status_t chorus__check_comm(chorus_comm_t comm, const char *opname);
+
+/* Every argument of a collective call, as documented in chorus.h. */
+chorus_status_t chorus__validate_coll(chorus_comm_t comm, const chorus_coll_call_t *call);
+
+/* The arguments of a send or receive (opname "send" or "recv"). */
+chorus_status_t chorus__validate_p2p(chorus_comm_t comm, const char *opname, const void *buf,
+                                     size_t count, chorus_dtype_t dtype, int peer, void *stream);
+
+/* ---- comm.c ---- */
+
+/* Records status (and this thread's detail message) as the comm's first error, unless it
+ * already has one. Returns status. */
+chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t status);
+
+/* CHORUS_SUCCESS, or the comm's first error with a message saying that it failed earlier. */
+chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname);
+
+/* Writes "<name> #<seq>" into buf (at least 64 bytes) with the comm's next sequence
+ * number: the name of one operation in messages. Cheaper than snprintf on every call. */
+void chorus__comm_what(chorus_comm_t comm, const char *name, char *buf, size_t len);
+
+/* Runs sched to completion on the comm's transports; on error the message is prefixed
+ * with the rank and the error becomes the comm's async error. */
+chorus_status_t chorus__comm_exec(chorus_comm_t comm, const chorus_sched_t *sched,
+                                  void *const bufs[CHORUS_NUM_BUFS], chorus_dtype_t dtype,
+                                  chorus_op_t op, const char *what);
+
+/* ---- select.c ---- */
+
+/* Reads the selection settings (CHORUS_ALGO, CHORUS_CHUNK_SIZE) into comm, once, so that
+ * the per-call choice costs no environment lookups. */
+void chorus__select_init(chorus_comm_t comm);
+
+/* The algorithm for coll at this message size (bytes of one rank's vector). */
+chorus_algo_t chorus__select_algo(chorus_comm_t comm, chorus_coll_t coll, uint64_t bytes);
+
+/* The pipeline chunk, in elements, from CHORUS_CHUNK_SIZE. */
+uint64_t chorus__select_chunk_count(chorus_comm_t comm, size_t elem_size);
+
+/* ---- coll.c ---- */
+
+/* Frees the cached schedules and buffers of the comm (destroy). */
+void chorus__coll_release(chorus_comm_t comm);
+
+/* ---- p2p.c ---- */
+
+/* Drops what this thread's open group recorded for comm (destroy). */
+void chorus__p2p_forget(chorus_comm_t comm);
+
+/* Nonzero while this thread is inside chorus_group_start/end. */
+int chorus__p2p_in_group(void);
+
+#endif

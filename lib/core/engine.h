@@ -1,0 +1,76 @@
+/*
+ * The engine runs one rank's schedule over the transports of its peers. It is a dataflow
+ * executor: a step starts when the steps it depends on are done (and, for SEND/RECV,
+ * when the earlier messages of the same peer and direction were posted), so several
+ * chunks are in flight at once and transfers overlap reductions.
+ *
+ * It never blocks: chorus__exec_progress() does what can be done now and returns. The
+ * caller decides how to wait (chorus__exec_wait spins, yields, then sleeps), which is what
+ * lets the tests drive all ranks of a virtual transport from one thread.
+ */
+#ifndef CHORUS_CORE_ENGINE_H
+#define CHORUS_CORE_ENGINE_H
+
+#include "algo/schedule.h"
+#include "transport/transport.h"
+
+/* The transport serving one peer. */
+typedef struct {
+    const chorus_tp_ops_t *ops;
+    chorus_tp_t *tp;
+} chorus_peer_tp_t;
+
+/* Reusable state of one execution; keep it (e.g. in the communicator) so that its
+ * arrays are allocated once and grown, not allocated per call. Zero-initialise it. */
+typedef struct chorus_exec {
+    /* Inputs, set by chorus__exec_start. */
+    const chorus_sched_t *sched;
+    void *bufs[CHORUS_NUM_BUFS]; /* base pointers of SEND, RECV, SCRATCH */
+    size_t elem_size;
+    chorus_dtype_t dtype;
+    chorus_op_t op; /* never AVG here: the caller passes SUM and divides afterwards */
+    const chorus_peer_tp_t *peers; /* indexed by rank */
+    const chorus_peer_tp_t *tps;   /* distinct transports to progress */
+    int ntps;
+    const char *what; /* "allreduce #12", for messages */
+
+    /* State (private to engine.c). */
+    uint32_t *deps_left;
+    uint32_t *ready;       /* stack of steps whose deps are done, not yet started */
+    uint32_t nready;
+    uint32_t *inflight;    /* send/recv steps posted, not complete */
+    uint32_t ninflight;
+    uint32_t *finished;    /* completed transfers collected in one progress pass */
+    uint32_t *peer_order;  /* per peer and direction, the SEND/RECV steps in order */
+    uint32_t *peer_begin;  /* 2 * nranks + 1 offsets into peer_order */
+    uint32_t *peer_next;   /* 2 * nranks cursors: next position to post */
+    uint8_t *posted_ok;    /* per step: deps done, waiting for its turn on the peer */
+    chorus_tp_req_t *reqs; /* per step */
+    uint32_t cap_steps;
+    int cap_ranks;
+    uint32_t ndone;
+    int started;
+    chorus_status_t status;
+} chorus_exec_t;
+
+/* Prepares x to run sched with the given buffers. Does not communicate yet. */
+chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched,
+                                   void *const bufs[CHORUS_NUM_BUFS], chorus_dtype_t dtype,
+                                   chorus_op_t op, const chorus_peer_tp_t *peers,
+                                   const chorus_peer_tp_t *tps, int ntps, const char *what);
+
+/* Advances the execution without blocking. *done_p becomes 1 when every step is done.
+ * *progressed_p (may be NULL) says whether anything moved, for the caller's backoff.
+ * On error the execution is over; the error names the step and the peer. */
+chorus_status_t chorus__exec_progress(chorus_exec_t *x, int *done_p, int *progressed_p);
+
+/* Runs x to completion: progress, spinning then yielding then sleeping in the
+ * transports' wait() after a longer idle spell. Gives up at deadline_ns
+ * (CHORUS_ERR_TIMEOUT) or when *abort_flag is set (CHORUS_ERR_ABORTED). */
+chorus_status_t chorus__exec_wait(chorus_exec_t *x, uint64_t deadline_ns,
+                                  const volatile int *abort_flag);
+
+/* Frees the arrays. */
+void chorus__exec_fini(chorus_exec_t *x);
+
+#endif

@@ -1,0 +1,237 @@
+/*
+ * Point to point. A send or receive becomes a SENDRECV schedule run by the same engine as
+ * the collectives. Outside a group it is one step, run at once. Inside
+ * chorus_group_start/end the operations are recorded in call order, and the outermost
+ * chorus_group_end turns them all into one schedule: the engine posts every send and
+ * receive together, so exchanges cannot deadlock.
+ *
+ * Each operation has its own buffer and datatype, while a schedule has symbolic buffers
+ * and one element size. So the schedule counts bytes (UINT8) from the lowest address the
+ * group touches: SEND and RECV both start there, and each step's offset is its buffer's
+ * distance from it. A send to self and a receive from self are paired in order and become
+ * a COPY.
+ */
+#include "core/comm.h"
+
+#include "kernels.h"
+#include "util/log.h"
+#include "util/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int is_send;
+    int peer;
+    uintptr_t addr;
+    size_t bytes;
+} p2p_op_t;
+
+/* This thread's open group. Groups are per thread, like the calls on a communicator. */
+static _Thread_local struct {
+    int depth;
+    chorus_comm_t comm; /* the one communicator the group's operations belong to */
+    p2p_op_t *ops;
+    size_t nops;
+    size_t cap;
+    chorus_status_t error; /* first failed call inside the group: group_end reports it */
+    char error_msg[256];
+} p2p_group;
+
+int chorus__p2p_in_group(void)
+{
+    return p2p_group.depth > 0;
+}
+
+static void p2p_group_clear(void)
+{
+    p2p_group.comm = NULL;
+    p2p_group.nops = 0;
+    p2p_group.error = CHORUS_SUCCESS;
+    p2p_group.error_msg[0] = '\0';
+    if (p2p_group.depth == 0) {
+        free(p2p_group.ops);
+        p2p_group.ops = NULL;
+        p2p_group.cap = 0;
+    }
+}
+
+void chorus__p2p_forget(chorus_comm_t comm)
+{
+    if (p2p_group.comm == comm) {
+        p2p_group.comm = NULL;
+        p2p_group.nops = 0;
+    }
+}
+
+/* Adds the self-pairs of ops as COPY steps: the k-th send to self feeds the k-th receive
+ * from self, and they must have the same size. */
+static chorus_status_t p2p_add_self_copies(chorus_comm_t comm, chorus_sched_t *s,
+                                           const p2p_op_t *ops, size_t n, uintptr_t base)
+{
+    size_t si = 0, ri = 0;
+
+    for (;;) {
+        while (si < n && !(ops[si].is_send && ops[si].peer == comm->rank)) si++;
+        while (ri < n && !(!ops[ri].is_send && ops[ri].peer == comm->rank)) ri++;
+        if (si == n && ri == n) return CHORUS_SUCCESS;
+        if (si == n || ri == n)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                                 "rank %d: group: a %s to self has no matching %s from self",
+                                 comm->rank, si < n ? "send" : "recv", si < n ? "recv" : "send");
+        if (ops[si].bytes != ops[ri].bytes)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                                 "rank %d: group: a send to self of %zu bytes meets a recv from "
+                                 "self of %zu bytes",
+                                 comm->rank, ops[si].bytes, ops[ri].bytes);
+        chorus__sched_copy(s, RECV_AT(ops[ri].addr - base), SEND_AT(ops[si].addr - base),
+                           ops[si].bytes);
+        si++;
+        ri++;
+    }
+}
+
+/* Runs ops (call order) as one schedule. */
+static chorus_status_t p2p_run(chorus_comm_t comm, const p2p_op_t *ops, size_t n,
+                               const char *name)
+{
+    chorus_sched_t s;
+    chorus_status_t status;
+    uintptr_t base = UINTPTR_MAX;
+    void *bufs[CHORUS_NUM_BUFS];
+    char what[64];
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (ops[i].addr < base) base = ops[i].addr;
+    }
+    if (n == 0) return CHORUS_SUCCESS;
+    chorus__sched_init(&s, comm->rank, comm->nranks);
+    for (i = 0; i < n; i++) {
+        if (ops[i].peer == comm->rank) continue;
+        if (ops[i].is_send)
+            chorus__sched_send(&s, ops[i].peer, SEND_AT(ops[i].addr - base), ops[i].bytes);
+        else
+            chorus__sched_recv(&s, ops[i].peer, RECV_AT(ops[i].addr - base), ops[i].bytes);
+    }
+    CHORUS_CHECK_GOTO(p2p_add_self_copies(comm, &s, ops, n, base), err_sched);
+    status = chorus__sched_finalize(&s);
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "rank %d: %s", comm->rank, name);
+        goto err_sched;
+    }
+    bufs[CHORUS_BUF_SEND] = (void *)base;
+    bufs[CHORUS_BUF_RECV] = (void *)base;
+    bufs[CHORUS_BUF_SCRATCH] = NULL;
+    chorus__comm_what(comm, name, what, sizeof what);
+    status = chorus__comm_exec(comm, &s, bufs, CHORUS_UINT8, CHORUS_SUM, what);
+    chorus__sched_fini(&s);
+    return status;
+
+err_sched:
+    chorus__sched_fini(&s);
+    return status;
+}
+
+/* The common path of chorus_send and chorus_recv. */
+static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
+                                 chorus_dtype_t dtype, int peer, chorus_comm_t comm, void *stream)
+{
+    const char *name = is_send ? "send" : "recv";
+    p2p_op_t op;
+    chorus_status_t status;
+
+    chorus__error_clear();
+    if (comm != NULL) chorus__log_set_rank(comm->rank);
+    status = chorus__validate_p2p(comm, name, buf, count, dtype, peer, stream);
+    if (status == CHORUS_SUCCESS && p2p_group.depth > 0 && p2p_group.comm != NULL &&
+        p2p_group.comm != comm)
+        status = chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                               "rank %d: %s: a group may hold operations of one communicator",
+                               comm->rank, name);
+    if (status == CHORUS_SUCCESS) status = chorus__comm_check_failed(comm, name);
+    if (status != CHORUS_SUCCESS) {
+        if (p2p_group.depth > 0 && p2p_group.error == CHORUS_SUCCESS) {
+            p2p_group.error = status;
+            snprintf(p2p_group.error_msg, sizeof p2p_group.error_msg, "%s", chorus_last_error());
+        }
+        return status;
+    }
+    op.is_send = is_send;
+    op.peer = peer;
+    op.addr = (uintptr_t)buf;
+    op.bytes = count * chorus_dtype_size(dtype);
+    /* Zero-byte operations are skipped on both sides, like any count-0 call. */
+    if (op.bytes == 0) return CHORUS_SUCCESS;
+
+    if (p2p_group.depth == 0) {
+        if (peer == comm->rank)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                                 "rank %d: %s: a %s to self outside a group can never complete; "
+                                 "put it in a group with its matching %s",
+                                 comm->rank, name, is_send ? "send" : "recv from",
+                                 is_send ? "recv" : "send");
+        return p2p_run(comm, &op, 1, name);
+    }
+    if (p2p_group.nops == p2p_group.cap) {
+        size_t cap = p2p_group.cap ? 2 * p2p_group.cap : 16;
+        p2p_op_t *ops = realloc(p2p_group.ops, cap * sizeof *ops);
+        if (ops == NULL)
+            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory", comm->rank,
+                                 name);
+        p2p_group.ops = ops;
+        p2p_group.cap = cap;
+    }
+    p2p_group.ops[p2p_group.nops++] = op;
+    p2p_group.comm = comm;
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_send(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                            chorus_comm_t comm, void *stream)
+{
+    return p2p_entry(1, buf, count, dtype, peer, comm, stream);
+}
+
+chorus_status_t chorus_recv(void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                            chorus_comm_t comm, void *stream)
+{
+    return p2p_entry(0, buf, count, dtype, peer, comm, stream);
+}
+
+chorus_status_t chorus_group_start(void)
+{
+    chorus__error_clear();
+    p2p_group.depth++;
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_group_end(void)
+{
+    chorus_comm_t comm = p2p_group.comm;
+    chorus_status_t status;
+
+    chorus__error_clear();
+    if (p2p_group.depth == 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "group_end: no matching chorus_group_start");
+    if (--p2p_group.depth > 0) return CHORUS_SUCCESS;
+    /* A group with a failed call is not run at all: running the rest would leave this
+     * rank's message streams out of step with its peers'. */
+    if (p2p_group.error != CHORUS_SUCCESS) {
+        status = chorus__error(p2p_group.error, "group_end: an operation of the group failed: %s",
+                               p2p_group.error_msg);
+        p2p_group_clear();
+        return status;
+    }
+    if (comm == NULL || p2p_group.nops == 0) {
+        p2p_group_clear();
+        return CHORUS_SUCCESS;
+    }
+    chorus__log_set_rank(comm->rank);
+    status = chorus__comm_check_failed(comm, "group_end");
+    if (status == CHORUS_SUCCESS) status = p2p_run(comm, p2p_group.ops, p2p_group.nops, "group");
+    p2p_group_clear();
+    return status;
+}
