@@ -332,14 +332,20 @@ err_close:
 
 /* One connection attempt: 0 connected, else the errno that made it fail (ETIMEDOUT at the
  * deadline, ECANCELED on abort). */
-static int sock_try_connect(const struct sockaddr_storage *addr, uint64_t deadline_ns,
-                            const volatile int *abort_flag, int *fd_p)
+static int sock_try_connect(const struct sockaddr_storage *addr, int sndbuf, int rcvbuf,
+                            uint64_t deadline_ns, const volatile int *abort_flag, int *fd_p)
 {
     int fd, err = 0, one = 1;
     socklen_t elen = sizeof(err);
 
     fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno;
+    if (sndbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) != 0) {
+        CHORUS_WARN("sock", "SO_SNDBUF %d: %s", sndbuf, strerror(errno));
+    }
+    if (rcvbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) != 0) {
+        CHORUS_WARN("sock", "SO_RCVBUF %d: %s", rcvbuf, strerror(errno));
+    }
     if (connect(fd, (const struct sockaddr *)addr, sock_addr_len(addr)) != 0) {
         if (errno != EINPROGRESS && errno != EINTR) {
             err = errno;
@@ -379,6 +385,13 @@ err_close:
 chorus_status_t chorus__sock_connect(const struct sockaddr_storage *addr, uint64_t deadline_ns,
                                      const volatile int *abort_flag, int *fd_p)
 {
+    return chorus__sock_connect_buf(addr, 0, 0, deadline_ns, abort_flag, fd_p);
+}
+
+chorus_status_t chorus__sock_connect_buf(const struct sockaddr_storage *addr, int sndbuf,
+                                         int rcvbuf, uint64_t deadline_ns,
+                                         const volatile int *abort_flag, int *fd_p)
+{
     char text[80];
     int backoff_ms = 1, err;
 
@@ -386,7 +399,7 @@ chorus_status_t chorus__sock_connect(const struct sockaddr_storage *addr, uint64
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sock: connect: bad address family");
     }
     for (;;) {
-        err = sock_try_connect(addr, deadline_ns, abort_flag, fd_p);
+        err = sock_try_connect(addr, sndbuf, rcvbuf, deadline_ns, abort_flag, fd_p);
         if (err == 0) return CHORUS_SUCCESS;
         if (err == ECANCELED) {
             return chorus__error(CHORUS_ERR_ABORTED, "sock: connect to %s aborted",

@@ -33,6 +33,15 @@ chorus_status_t chorus__sock_listen(const struct sockaddr_storage *addr, int bac
 chorus_status_t chorus__sock_connect(const struct sockaddr_storage *addr, uint64_t deadline_ns,
                                      const volatile int *abort_flag, int *fd_p);
 
+/* The same, with SO_SNDBUF / SO_RCVBUF set to sndbuf / rcvbuf (0: the kernel's autotuning)
+ * before connect(). They must be set before: the SYN announces the receive window and its
+ * scale from the buffer at that moment, and the peer bounds its segment size by the largest
+ * window it has seen; a buffer shrunk after the handshake can then never hold one of the
+ * peer's segments, and every segment waits for TCP's persist timer. */
+chorus_status_t chorus__sock_connect_buf(const struct sockaddr_storage *addr, int sndbuf,
+                                         int rcvbuf, uint64_t deadline_ns,
+                                         const volatile int *abort_flag, int *fd_p);
+
 /* Sends / receives exactly len bytes on a (nonblocking) socket, polling until
  * deadline_ns. A closed connection is CHORUS_ERR_REMOTE. */
 chorus_status_t chorus__sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns);

@@ -247,94 +247,6 @@ static void *accept_main(void *arg)
     return NULL;
 }
 
-/* One attempt at the outgoing connection: 0 when connected, else the errno that made it
- * fail (ETIMEDOUT at the deadline, ECANCELED on abort).
- *
- * The socket is tuned before connect(): the SYN announces the receive window and the
- * window scale, both computed from the receive buffer at that moment, and the peer bounds
- * its segment size to half of the largest window it has seen. A buffer shrunk after the
- * handshake (CHORUS_TCP_BUF below the default) can then never again offer a window as
- * large as one of the peer's segments, and every full segment waits for TCP's persist
- * timer (hundreds of milliseconds): the connection crawls at a few window sizes a second. */
-static int try_connect(const chorus_tp_t *tp, const struct sockaddr_storage *addr,
-                       uint64_t deadline_ns, int *fd_p)
-{
-    socklen_t alen = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                 : sizeof(struct sockaddr_in);
-    int err = 0;
-    socklen_t elen = sizeof(err);
-    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
-    if (fd < 0) return errno;
-    tcp_tune_socket(tp, fd);
-    if (connect(fd, (const struct sockaddr *)addr, alen) != 0) {
-        if (errno != EINPROGRESS && errno != EINTR) {
-            err = errno;
-            goto err_close;
-        }
-        for (;;) {
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            if (tp->abort_flag != NULL && *tp->abort_flag) {
-                err = ECANCELED;
-                goto err_close;
-            }
-            if (chorus__deadline_passed(deadline_ns)) {
-                err = ETIMEDOUT;
-                goto err_close;
-            }
-            int rc = poll(&pfd, 1, chorus__deadline_ms_left(deadline_ns, 100));
-            if (rc < 0 && errno != EINTR) {
-                err = errno;
-                goto err_close;
-            }
-            if (rc > 0) break;
-        }
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
-        if (err != 0) goto err_close;
-    }
-    *fd_p = fd;
-    return 0;
-
-err_close:
-    close(fd);
-    return err;
-}
-
-/* Connects to a peer's listener, retrying while it is not listening yet (refused, or reset
- * by a full backlog) until deadline_ns. Returns a tuned, nonblocking socket. */
-static chorus_status_t tcp_connect_socket(const chorus_tp_t *tp, int peer,
-                                          const struct sockaddr_storage *addr,
-                                          uint64_t deadline_ns, int *fd_p)
-{
-    int backoff_ms = 1;
-
-    if (addr->ss_family != AF_INET && addr->ss_family != AF_INET6) {
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "rank %d: tcp: peer %d's address has a bad family", tp->rank, peer);
-    }
-    for (;;) {
-        int err = try_connect(tp, addr, deadline_ns, fd_p);
-        if (err == 0) return CHORUS_SUCCESS;
-        if (err == ECANCELED || (tp->abort_flag != NULL && *tp->abort_flag)) {
-            return chorus__error(CHORUS_ERR_ABORTED, "rank %d: tcp: connect to peer %d aborted",
-                                 tp->rank, peer);
-        }
-        if (err != ECONNREFUSED && err != ECONNRESET && err != ETIMEDOUT && err != EAGAIN) {
-            return chorus__error_errno(CHORUS_ERR_REMOTE, err,
-                                       "rank %d: tcp: connect to peer %d", tp->rank, peer);
-        }
-        if (chorus__deadline_passed(deadline_ns)) {
-            return chorus__error(CHORUS_ERR_TIMEOUT,
-                                 "rank %d: tcp: connect to peer %d timed out (last: %s)",
-                                 tp->rank, peer, strerror(err));
-        }
-        const struct timespec ts = {0, (long)chorus__deadline_ms_left(deadline_ns, backoff_ms) *
-                                           1000000L};
-        nanosleep(&ts, NULL);
-        backoff_ms = backoff_ms * 2 > 100 ? 100 : backoff_ms * 2;
-    }
-}
-
 /* Makes the outgoing connection to one higher peer and proves the secret to it. */
 static chorus_status_t connect_peer(chorus_tp_t *tp, int peer, const void *blob,
                                     uint64_t deadline_ns)
@@ -349,7 +261,19 @@ static chorus_status_t connect_peer(chorus_tp_t *tp, int peer, const void *blob,
     put_be32(hello, TCP_HELLO_MAGIC);
     put_be32(hello + 4, (uint32_t)tp->rank);
     put_be64(hello + 8, tp->comm_id);
-    CHORUS_CHECK_GOTO(tcp_connect_socket(tp, peer, &addr, deadline_ns, &fd), err);
+    if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) {
+        status = chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                               "rank %d: tcp: peer %d's address has a bad family", tp->rank, peer);
+        goto err;
+    }
+    /* The buffers are sized before connect() (see chorus__sock_connect_buf for why). */
+    status = chorus__sock_connect_buf(&addr, tp->sndbuf, tp->rcvbuf, deadline_ns, tp->abort_flag,
+                                      &fd);
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "rank %d: tcp: connect to peer %d", tp->rank, peer);
+        goto err;
+    }
+    tcp_tune_socket(tp, fd);
     CHORUS_CHECK_GOTO(chorus__auth_client(fd, tp->secret, hello, sizeof(hello), deadline_ns),
                       err_close);
     CHORUS_CHECK_GOTO(chorus__sock_set_nonblocking(fd, 1), err_close);
