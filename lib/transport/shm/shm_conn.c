@@ -140,16 +140,36 @@ static chorus_status_t verify_peer(shm_tp_t *tp, shm_peer_t *p)
     return CHORUS_SUCCESS;
 }
 
+/* One round of both setup steps for a peer that is not done yet. */
+static chorus_status_t setup_step(shm_tp_t *tp, shm_peer_t *p)
+{
+    chorus_status_t status = CHORUS_SUCCESS;
+
+    if (!p->attached) status = attach_peer(tp, p);
+    if (status == CHORUS_SUCCESS && !p->verified) status = verify_peer(tp, p);
+    return status;
+}
+
 /* Why setup cannot go on (deadline, abort, a dead peer), or CHORUS_SUCCESS. */
 static chorus_status_t setup_check(shm_tp_t *tp, uint64_t deadline_ns)
 {
+    chorus_status_t status;
+
     if (tp->params.abort_flag != NULL && *tp->params.abort_flag) {
         return chorus__error(CHORUS_ERR_ABORTED, "rank %d: shm: connect aborted", tp->rank);
     }
     for (int i = 0; i < tp->npeers; i++) {
         shm_peer_t *p = &tp->peers[i];
 
-        if ((!p->attached || !p->verified) && p->pid_check && shm_pid_dead(p->blob.pid)) {
+        if (p->attached && p->verified) continue;
+        if (!p->pid_check || !shm_pid_dead(p->blob.pid)) continue;
+        /* A peer needs nothing from us once we attached to its segment: it may attach to
+         * ours, finish its connect_all, run and exit between our last look at its ring
+         * and the pid check above. Look again now that it is known dead: only what it
+         * never did before dying makes the setup fail. */
+        status = setup_step(tp, p);
+        if (status != CHORUS_SUCCESS) return status;
+        if (!p->attached || !p->verified) {
             return chorus__error(CHORUS_ERR_REMOTE, "rank %d: shm: peer %d (pid %u) died during "
                                  "connect", tp->rank, p->rank, p->blob.pid);
         }
@@ -216,8 +236,7 @@ chorus_status_t shm_connect_all(chorus_tp_t *tp_, const uint8_t *peer_mask, cons
         for (int i = 0; i < tp->npeers; i++) {
             shm_peer_t *p = &tp->peers[i];
 
-            if (!p->attached) CHORUS_CHECK_GOTO(attach_peer(tp, p), err);
-            if (!p->verified) CHORUS_CHECK_GOTO(verify_peer(tp, p), err);
+            CHORUS_CHECK_GOTO(setup_step(tp, p), err);
             left += !p->attached || !p->verified;
         }
         if (left == 0) break;
