@@ -48,6 +48,7 @@ struct chorus_comm {
     int nhosts;
     uint64_t comm_id;
     double timeout_s;
+    chorus_wait_policy_t wait; /* CHORUS_SPIN_US / CHORUS_YIELD_US, adapted to the host */
     chorus_algo_t forced_algo; /* CHORUS_ALGO, read once at creation (AUTO: none) */
     uint64_t chunk_bytes;      /* CHORUS_CHUNK_SIZE, read once at creation */
     chorus_bootstrap_t *bs;

@@ -11,10 +11,8 @@
 
 #include "kernels.h"
 #include "util/clock.h"
-#include "util/config.h"
 #include "util/log.h"
 
-#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,26 +259,11 @@ out:
     return status;
 }
 
-/* Read once: a config lookup per call would be a measurable share of a small collective. */
-static pthread_once_t wait_once = PTHREAD_ONCE_INIT;
-static uint64_t wait_spin_ns;
-static uint64_t wait_yield_ns;
-
-static void wait_config_load(void)
+chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *policy,
+                                  uint64_t deadline_ns, const volatile int *abort_flag)
 {
-    wait_spin_ns = (uint64_t)(chorus__config_seconds("CHORUS_SPIN_US", 20) * 1e3);
-    wait_yield_ns = (uint64_t)(chorus__config_seconds("CHORUS_YIELD_US", 2000) * 1e3);
-}
-
-chorus_status_t chorus__exec_wait(chorus_exec_t *x, uint64_t deadline_ns,
-                                  const volatile int *abort_flag)
-{
-    /* Spin briefly (a peer on the other core answers within microseconds), then yield
-     * (cheap, and lets oversubscribed ranks run), and only after a long idle spell sleep in
-     * the transports: waking a sleeping process costs tens of microseconds here. */
-    pthread_once(&wait_once, wait_config_load);
-    const uint64_t spin_ns = wait_spin_ns;
-    const uint64_t yield_ns = wait_yield_ns;
+    const uint64_t spin_ns = policy->spin_ns;
+    const uint64_t yield_ns = policy->yield_ns;
     uint64_t idle_since = chorus__now_ns();
 
     for (;;) {

@@ -64,11 +64,20 @@ chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched
  * On error the execution is over; the error names the step and the peer. */
 chorus_status_t chorus__exec_progress(chorus_exec_t *x, int *done_p, int *progressed_p);
 
+/* How a wait spends an idle spell: it spins for spin_ns (a peer on another core answers
+ * within microseconds), then yields for yield_ns (cheap, and lets oversubscribed ranks
+ * run), then sleeps in the transports (waking a sleeper costs tens of microseconds). */
+typedef struct {
+    uint64_t spin_ns;
+    uint64_t yield_ns;
+} chorus_wait_policy_t;
+
 /* Runs x to completion: progress, spinning then yielding then sleeping in the
- * transports' wait() after a longer idle spell. Gives up at deadline_ns
- * (CHORUS_ERR_TIMEOUT) or when *abort_flag is set (CHORUS_ERR_ABORTED). */
-chorus_status_t chorus__exec_wait(chorus_exec_t *x, uint64_t deadline_ns,
-                                  const volatile int *abort_flag);
+ * transports' wait() as policy says. Gives up at deadline_ns (CHORUS_ERR_TIMEOUT) or when
+ * *abort_flag is set (CHORUS_ERR_ABORTED). After an error the transports may still hold
+ * requests of x: the caller must not reuse x before finalizing them. */
+chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *policy,
+                                  uint64_t deadline_ns, const volatile int *abort_flag);
 
 /* Frees the arrays. */
 void chorus__exec_fini(chorus_exec_t *x);

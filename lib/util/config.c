@@ -82,6 +82,17 @@ const char *chorus__config_str(const char *name)
     return v;
 }
 
+int chorus__config_is_set(const char *name)
+{
+    int i = find(name);
+    if (i < 0) return 0;
+    pthread_mutex_lock(&config_lock);
+    if (!config_loaded) load_locked();
+    int set = config_values[i] != NULL;
+    pthread_mutex_unlock(&config_lock);
+    return set;
+}
+
 void chorus__config_reload(void)
 {
     pthread_mutex_lock(&config_lock);

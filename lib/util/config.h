@@ -30,6 +30,9 @@ typedef struct {
  * default; NULL if neither. Asking for an undeclared name is a bug and returns NULL. */
 const char *chorus__config_str(const char *name);
 
+/* Nonzero if the environment sets the variable (a default does not count). */
+int chorus__config_is_set(const char *name);
+
 /* Typed getters. They return the default (or fallback when the table has no default)
  * when the variable is unset or does not parse; an unparsable value is logged once. */
 int64_t chorus__config_int(const char *name, int64_t fallback);
