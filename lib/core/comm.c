@@ -109,7 +109,9 @@ static void core_host_identity(char *out, size_t len)
     const char *hostid = chorus__config_str("CHORUS_HOSTID");
     char host[256] = "";
     char boot[64] = "";
+    char netns[64] = "";
     FILE *f;
+    ssize_t n;
 
     if (hostid != NULL) {
         snprintf(out, len, "%s", hostid);
@@ -124,7 +126,12 @@ static void core_host_identity(char *out, size_t len)
         boot[strcspn(boot, "\n")] = '\0';
         fclose(f);
     }
-    snprintf(out, len, "%s/%s", host, boot);
+    /* Processes in different network namespaces are treated as different hosts: that is
+     * what containers and the emulated cluster's hosts are, and their traffic must take
+     * the network under test, not shared memory. */
+    n = readlink("/proc/self/ns/net", netns, sizeof netns - 1);
+    netns[n > 0 ? n : 0] = '\0';
+    snprintf(out, len, "%s/%s/%s", host, boot, netns);
 }
 
 static chorus_status_t core_parse_mode(core_mode_t *mode_p)
