@@ -14,6 +14,7 @@
 #include "chorus.h"
 #include "util/auth.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -53,9 +54,10 @@ chorus_status_t chorus__id_from_hex(const char *hex, chorus_unique_id_t *id_p);
 typedef struct chorus_bootstrap chorus_bootstrap_t;
 
 /* Joins the rendezvous of id as rank of nranks; blocks until the ring is connected or
- * timeout_s passes or *abort_flag is set. */
+ * timeout_s passes or *abort_flag is set (may be NULL; any thread may set it at any time:
+ * it is read atomically). */
 chorus_status_t chorus__bootstrap_init(const chorus_unique_id_t *id, int rank, int nranks,
-                                       double timeout_s, const volatile int *abort_flag,
+                                       double timeout_s, const atomic_int *abort_flag,
                                        chorus_bootstrap_t **bs_p);
 
 /* data holds nranks blocks of size bytes; this rank's block (at rank * size) is given,

@@ -7,6 +7,7 @@
 
 #include "bootstrap/bootstrap.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -84,6 +85,6 @@ chorus_status_t chorus__bs_root_spawn(int listen_fd, const chorus_id_info_t *inf
  * operation in errors. */
 chorus_status_t chorus__bs_exchange(int send_fd, const void *sbuf, size_t slen, int recv_fd,
                                     void *rbuf, size_t rlen, uint64_t deadline_ns,
-                                    const volatile int *abort_flag, const char *what);
+                                    const atomic_int *abort_flag, const char *what);
 
 #endif

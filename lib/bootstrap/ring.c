@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,17 +32,18 @@ struct chorus_bootstrap {
     int rank;
     int nranks;
     double timeout_s;
-    const volatile int *abort_flag;
+    const atomic_int *abort_flag;
     struct sockaddr_storage local_addr; /* port 0: for transports to listen on */
     int next_fd;                        /* to rank + 1 */
     int prev_fd;                        /* from rank - 1 */
     uint32_t seq;                       /* allgathers done so far */
 };
 
-/* The abort flag is set by another thread (chorus_comm_abort): read it atomically. */
-static int ring_aborted(const volatile int *abort_flag)
+/* The abort flag is set by another thread (chorus_comm_abort). It publishes no other data,
+ * so a relaxed load is enough: a set flag is seen within a poll slice or two. */
+static int ring_aborted(const atomic_int *abort_flag)
 {
-    return abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_RELAXED) != 0;
+    return abort_flag != NULL && atomic_load_explicit(abort_flag, memory_order_relaxed) != 0;
 }
 
 /* One nonblocking step of I/O; returns 0 (progress or would block) or the errno / -1 for
@@ -75,7 +77,7 @@ static chorus_status_t ring_io_error(int err, int sending, const char *what)
 
 chorus_status_t chorus__bs_exchange(int send_fd, const void *sbuf, size_t slen, int recv_fd,
                                     void *rbuf, size_t rlen, uint64_t deadline_ns,
-                                    const volatile int *abort_flag, const char *what)
+                                    const atomic_int *abort_flag, const char *what)
 {
     size_t sent = 0, got = 0;
 
@@ -113,7 +115,7 @@ chorus_status_t chorus__bs_exchange(int send_fd, const void *sbuf, size_t slen, 
 /* Waits until fd has bytes to read (the peer's challenge), watching the abort flag:
  * chorus__auth_client has none, and the peer may take long to start serving. */
 static chorus_status_t ring_wait_readable(int fd, uint64_t deadline_ns,
-                                          const volatile int *abort_flag, const char *what)
+                                          const atomic_int *abort_flag, const char *what)
 {
     for (;;) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -298,7 +300,7 @@ err:
 }
 
 chorus_status_t chorus__bootstrap_init(const chorus_unique_id_t *id, int rank, int nranks,
-                                       double timeout_s, const volatile int *abort_flag,
+                                       double timeout_s, const atomic_int *abort_flag,
                                        chorus_bootstrap_t **bs_p)
 {
     chorus_bootstrap_t *bs;

@@ -11,6 +11,7 @@
 #include "util/status.h"
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,10 @@ chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t st
 {
     if (status == CHORUS_SUCCESS) return status;
     pthread_mutex_lock(&comm->err_lock);
-    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == 0) {
+    /* err_lock orders this load against the other writers: relaxed is enough. */
+    if (atomic_load_explicit(&comm->async_error, memory_order_relaxed) == 0) {
         snprintf(comm->first_error, sizeof comm->first_error, "%s", chorus_last_error());
-        __atomic_store_n(&comm->async_error, (int)status, __ATOMIC_RELEASE);
+        atomic_store_explicit(&comm->async_error, (int)status, memory_order_release);
     }
     pthread_mutex_unlock(&comm->err_lock);
     return status;
@@ -56,7 +58,7 @@ chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t st
 chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname)
 {
     char first[CHORUS_COMM_ERRMSG_MAX];
-    int status = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    int status = atomic_load_explicit(&comm->async_error, memory_order_acquire);
 
     if (status == 0) return CHORUS_SUCCESS;
     pthread_mutex_lock(&comm->err_lock);
@@ -414,6 +416,8 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
     comm = calloc(1, sizeof *comm);
     if (comm == NULL) goto err_nomem;
     pthread_mutex_init(&comm->err_lock, NULL);
+    atomic_init(&comm->abort_flag, 0);
+    atomic_init(&comm->async_error, 0);
     comm->rank = rank;
     comm->nranks = nranks;
     comm->nhosts = 1;
@@ -503,14 +507,14 @@ chorus_status_t chorus_comm_abort(chorus_comm_t comm)
     chorus__error_clear();
     if (comm == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_abort: comm is NULL");
-    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+    atomic_store(&comm->abort_flag, 1);
     /* Not chorus__comm_record_error: that takes the calling thread's message, and this
      * thread may have nothing to do with the comm's calls. */
     pthread_mutex_lock(&comm->err_lock);
-    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == 0) {
+    if (atomic_load_explicit(&comm->async_error, memory_order_relaxed) == 0) {
         snprintf(comm->first_error, sizeof comm->first_error,
                  "rank %d: the communicator was aborted", comm->rank);
-        __atomic_store_n(&comm->async_error, (int)CHORUS_ERR_ABORTED, __ATOMIC_RELEASE);
+        atomic_store_explicit(&comm->async_error, (int)CHORUS_ERR_ABORTED, memory_order_release);
     }
     pthread_mutex_unlock(&comm->err_lock);
     CHORUS_INFO("core", "comm %016llx aborted", (unsigned long long)comm->comm_id);
@@ -526,6 +530,7 @@ chorus_status_t chorus_comm_get_async_error(chorus_comm_t comm, chorus_status_t 
     if (async_error_p == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "chorus_comm_get_async_error: async_error_p is NULL");
-    *async_error_p = (chorus_status_t)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    *async_error_p =
+        (chorus_status_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
     return CHORUS_SUCCESS;
 }

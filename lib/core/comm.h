@@ -17,6 +17,7 @@
 #include "core/engine.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,10 +59,13 @@ struct chorus_comm {
     chorus_peer_tp_t tps[2]; /* the distinct transports in use */
     int ntps;
 
-    /* Set by chorus_comm_abort from any thread; the engine and transports watch it. */
-    volatile int abort_flag;
-    /* The first error (0: none), read and written with __atomic builtins. */
-    int async_error;
+    /* Set by chorus_comm_abort from any thread; the engine, bootstrap and transports poll
+     * it with relaxed loads: it publishes no other data, only "give up". */
+    atomic_int abort_flag;
+    /* The first error (0: none). Written with release under err_lock, so a thread that
+     * reads it nonzero with acquire also sees first_error complete; read without the lock
+     * by chorus_comm_get_async_error and the fast path of chorus__comm_check_failed. */
+    atomic_int async_error;
     pthread_mutex_t err_lock; /* guards first_error */
     char first_error[CHORUS_COMM_ERRMSG_MAX];
 

@@ -14,6 +14,7 @@
 #include "util/log.h"
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,7 +261,7 @@ out:
 }
 
 chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *policy,
-                                  uint64_t deadline_ns, const volatile int *abort_flag)
+                                  uint64_t deadline_ns, const atomic_int *abort_flag)
 {
     const uint64_t spin_ns = policy->spin_ns;
     const uint64_t yield_ns = policy->yield_ns;
@@ -273,7 +274,7 @@ chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *
 
         uint64_t now = chorus__now_ns();
         if (progressed) idle_since = now;
-        if (abort_flag != NULL && *abort_flag) {
+        if (abort_flag != NULL && atomic_load_explicit(abort_flag, memory_order_relaxed)) {
             x->status = chorus__error(CHORUS_ERR_ABORTED, "%s: communicator aborted", x->what);
             return x->status;
         }

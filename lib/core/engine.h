@@ -14,6 +14,8 @@
 #include "algo/schedule.h"
 #include "transport/transport.h"
 
+#include <stdatomic.h>
+
 /* The transport serving one peer. */
 typedef struct {
     const chorus_tp_ops_t *ops;
@@ -74,10 +76,11 @@ typedef struct {
 
 /* Runs x to completion: progress, spinning then yielding then sleeping in the
  * transports' wait() as policy says. Gives up at deadline_ns (CHORUS_ERR_TIMEOUT) or when
- * *abort_flag is set (CHORUS_ERR_ABORTED). After an error the transports may still hold
- * requests of x: the caller must not reuse x before finalizing them. */
+ * *abort_flag (may be NULL) is set by any thread (CHORUS_ERR_ABORTED). After an error the
+ * transports may still hold requests of x: the caller must not reuse x before finalizing
+ * them. */
 chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *policy,
-                                  uint64_t deadline_ns, const volatile int *abort_flag);
+                                  uint64_t deadline_ns, const atomic_int *abort_flag);
 
 /* Frees the arrays. */
 void chorus__exec_fini(chorus_exec_t *x);

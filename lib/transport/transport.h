@@ -23,6 +23,7 @@
 
 #include "chorus.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,9 +36,14 @@
 #define CHORUS_TP_CAP_SAME_HOST (1u << 3)  /* only reaches peers on the same host */
 
 /* A request. The first fields are the result; the rest are scratch space owned by the
- * transport while the request is pending (intrusive links, progress counters). */
+ * transport while the request is pending (intrusive links, progress counters).
+ * `done` is a plain int: progress is single-threaded per communicator, so a request is
+ * completed inside isend/irecv/progress/close by the same thread that later reads `done`
+ * (no transport completes requests from a helper thread; tcp's accept thread exists only
+ * during connect_all and never touches requests). A transport that ever completes from
+ * another thread must make this atomic_int and store it with release. */
 typedef struct chorus_tp_req {
-    volatile int done;
+    int done;
     chorus_status_t status;
     /* Owned by the transport while pending. */
     struct chorus_tp_req *next;
@@ -55,7 +61,9 @@ typedef struct {
     const uint8_t *secret; /* CHORUS_SECRET_BYTES bytes: connections must prove it */
     uint64_t comm_id;      /* random per communicator; names shm segments, checked in hellos */
     double timeout_s;      /* connection setup deadline (CHORUS_TIMEOUT) */
-    const volatile int *abort_flag; /* nonzero: give up waits with CHORUS_ERR_ABORTED */
+    /* Nonzero: give up waits with CHORUS_ERR_ABORTED. Set by another thread at any time
+     * (chorus_comm_abort); read it with atomic_load_explicit, relaxed. May be NULL. */
+    const atomic_int *abort_flag;
     /* The address to listen on (from bootstrap, the interface that reaches the root). */
     const void *listen_addr; /* struct sockaddr_storage *, port ignored */
 } chorus_tp_params_t;

@@ -22,6 +22,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,10 +42,11 @@
 /* How often a waiting acceptor looks at the abort flag. */
 #define AUTH_POLL_SLICE_MS 100
 
-/* The abort flag is set by another thread (chorus_comm_abort): read it atomically. */
-static int auth_aborted(const volatile int *abort_flag)
+/* The abort flag is set by another thread (chorus_comm_abort). It publishes no other data,
+ * so a relaxed load is enough: a set flag is seen within a poll slice or two. */
+static int auth_aborted(const atomic_int *abort_flag)
 {
-    return abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_RELAXED) != 0;
+    return abort_flag != NULL && atomic_load_explicit(abort_flag, memory_order_relaxed) != 0;
 }
 
 static void auth_put32(uint8_t *p, uint32_t v)
@@ -359,7 +361,7 @@ static int auth_expire(chorus_acceptor_t *acc, int max_ms)
 
 chorus_status_t chorus__acceptor_accept(chorus_acceptor_t *acc, void *hello, size_t hello_max,
                                         size_t *hello_len_p, uint64_t deadline_ns,
-                                        const volatile int *abort_flag, int *fd_p)
+                                        const atomic_int *abort_flag, int *fd_p)
 {
     struct pollfd pfds[AUTH_MAX_PENDING + 1];
     chorus_status_t status;

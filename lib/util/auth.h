@@ -15,6 +15,7 @@
 
 #include "chorus.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,10 +40,11 @@ chorus_status_t chorus__acceptor_create(int listen_fd, const uint8_t secret[CHOR
 
 /* Returns the next authenticated connection (fd, blocking mode unspecified: set what you
  * need) and its hello. Strangers are refused and logged meanwhile. CHORUS_ERR_TIMEOUT at
- * the deadline; CHORUS_ERR_ABORTED when *abort_flag becomes nonzero (may be NULL). */
+ * the deadline; CHORUS_ERR_ABORTED when *abort_flag becomes nonzero (may be NULL; any
+ * thread may set it, it is read atomically). */
 chorus_status_t chorus__acceptor_accept(chorus_acceptor_t *acc, void *hello, size_t hello_max,
                                         size_t *hello_len_p, uint64_t deadline_ns,
-                                        const volatile int *abort_flag, int *fd_p);
+                                        const atomic_int *abort_flag, int *fd_p);
 
 /* Number of connections refused so far (for tests and logs). */
 unsigned chorus__acceptor_refused(const chorus_acceptor_t *acc);

@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +31,11 @@
 #define SOCK_POLL_SLICE_MS 100
 #define SOCK_RETRY_MAX_MS 100
 
-/* The abort flag is set by another thread (chorus_comm_abort): read it atomically. */
-static int sock_aborted(const volatile int *abort_flag)
+/* The abort flag is set by another thread (chorus_comm_abort). It publishes no other data,
+ * so a relaxed load is enough: a set flag is seen within a poll slice or two. */
+static int sock_aborted(const atomic_int *abort_flag)
 {
-    return abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_RELAXED) != 0;
+    return abort_flag != NULL && atomic_load_explicit(abort_flag, memory_order_relaxed) != 0;
 }
 
 static socklen_t sock_addr_len(const struct sockaddr_storage *addr)
@@ -333,7 +335,7 @@ err_close:
 /* One connection attempt: 0 connected, else the errno that made it fail (ETIMEDOUT at the
  * deadline, ECANCELED on abort). */
 static int sock_try_connect(const struct sockaddr_storage *addr, int sndbuf, int rcvbuf,
-                            uint64_t deadline_ns, const volatile int *abort_flag, int *fd_p)
+                            uint64_t deadline_ns, const atomic_int *abort_flag, int *fd_p)
 {
     int fd, err = 0, one = 1;
     socklen_t elen = sizeof(err);
@@ -383,14 +385,14 @@ err_close:
 }
 
 chorus_status_t chorus__sock_connect(const struct sockaddr_storage *addr, uint64_t deadline_ns,
-                                     const volatile int *abort_flag, int *fd_p)
+                                     const atomic_int *abort_flag, int *fd_p)
 {
     return chorus__sock_connect_buf(addr, 0, 0, deadline_ns, abort_flag, fd_p);
 }
 
 chorus_status_t chorus__sock_connect_buf(const struct sockaddr_storage *addr, int sndbuf,
                                          int rcvbuf, uint64_t deadline_ns,
-                                         const volatile int *abort_flag, int *fd_p)
+                                         const atomic_int *abort_flag, int *fd_p)
 {
     char text[80];
     int backoff_ms = 1, err;

@@ -7,6 +7,7 @@
 
 #include "chorus.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -29,9 +30,10 @@ chorus_status_t chorus__sock_listen(const struct sockaddr_storage *addr, int bac
                                     struct sockaddr_storage *bound_p);
 
 /* Connects with retries (ECONNREFUSED while the peer starts) until deadline_ns. Returns a
- * nonblocking, TCP_NODELAY, close-on-exec socket. */
+ * nonblocking, TCP_NODELAY, close-on-exec socket. CHORUS_ERR_ABORTED once *abort_flag
+ * (may be NULL; any thread may set it, it is read atomically) becomes nonzero. */
 chorus_status_t chorus__sock_connect(const struct sockaddr_storage *addr, uint64_t deadline_ns,
-                                     const volatile int *abort_flag, int *fd_p);
+                                     const atomic_int *abort_flag, int *fd_p);
 
 /* The same, with SO_SNDBUF / SO_RCVBUF set to sndbuf / rcvbuf (0: the kernel's autotuning)
  * before connect(). They must be set before: the SYN announces the receive window and its
@@ -40,7 +42,7 @@ chorus_status_t chorus__sock_connect(const struct sockaddr_storage *addr, uint64
  * peer's segments, and every segment waits for TCP's persist timer. */
 chorus_status_t chorus__sock_connect_buf(const struct sockaddr_storage *addr, int sndbuf,
                                          int rcvbuf, uint64_t deadline_ns,
-                                         const volatile int *abort_flag, int *fd_p);
+                                         const atomic_int *abort_flag, int *fd_p);
 
 /* Sends / receives exactly len bytes on a (nonblocking) socket, polling until
  * deadline_ns. A closed connection is CHORUS_ERR_REMOTE. */

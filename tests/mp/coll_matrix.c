@@ -14,6 +14,7 @@
  * longer agree on what comes next), which makes the launcher stop the others.
  */
 #include "mp/mp_common.h"
+#include "util/status.h" /* CHORUS_PRINTF */
 
 #include <errno.h>
 #include <getopt.h>
@@ -99,7 +100,7 @@ static void case_desc(const ctx_t *c, const mcase_t *k, char *buf, size_t len)
 }
 
 /* Records a failure of case k on this rank; only its first failure prints a line. */
-static void case_fail(ctx_t *c, const mcase_t *k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void case_fail(ctx_t *c, const mcase_t *k, const char *fmt, ...) CHORUS_PRINTF(3, 4);
 static void case_fail(ctx_t *c, const mcase_t *k, const char *fmt, ...)
 {
     if (c->state[k->id] == 2) return;

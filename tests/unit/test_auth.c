@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,7 +356,7 @@ static void test_many_peers(void **state)
 
 static void test_abort_and_timeout(void **state)
 {
-    volatile int abort_flag = 1;
+    atomic_int abort_flag = 1;
     server_t s;
     char got[8];
     size_t len;

@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,7 +169,7 @@ typedef struct {
     chorus_unique_id_t id;
     int rank, nranks;
     double timeout_s;
-    const volatile int *abort_flag;
+    const atomic_int *abort_flag;
     chorus_status_t status;
     int bad_data; /* nonzero: which check failed */
     pthread_t tid;
@@ -469,7 +470,7 @@ static void test_strangers_at_ring(void **state)
 static void test_timeout_and_abort(void **state)
 {
     struct sockaddr_storage lo = loopback(0);
-    volatile int abort_flag = 0;
+    atomic_int abort_flag = 0;
     chorus_bootstrap_t *bs = NULL;
     chorus_unique_id_t id;
     chorus_id_info_t info;
@@ -496,7 +497,7 @@ static void test_timeout_and_abort(void **state)
     t0 = chorus__now_ns();
     assert_int_equal(pthread_create(&rk.tid, NULL, rank_main, &rk), 0);
     usleep(200000);
-    __atomic_store_n(&abort_flag, 1, __ATOMIC_RELAXED);
+    atomic_store(&abort_flag, 1);
     pthread_join(rk.tid, NULL);
     assert_int_equal(rk.status, CHORUS_ERR_ABORTED);
     assert_true(chorus__now_ns() - t0 < 5000000000ull);

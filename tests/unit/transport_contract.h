@@ -61,8 +61,9 @@
 #define TPC_WAIT_S 20.0         /* every wait inside a child */
 
 /* Everything here is static in a header: a test file that uses only part of it must not
- * trip -Wunused-function. */
-#define TPC_FN static __attribute__((unused))
+ * trip -Wunused-function, which C compilers do not raise for unused static inline
+ * functions. */
+#define TPC_FN static inline
 
 typedef struct {
     const chorus_tp_ops_t *ops;
@@ -91,8 +92,8 @@ typedef struct {
 } tpc_hooks_t;
 
 /* The job secret and communicator id of the current case (for hooks that play rogue). */
-static __attribute__((unused)) uint8_t tpc_secret[CHORUS_SECRET_BYTES];
-static __attribute__((unused)) uint64_t tpc_comm_id;
+static uint8_t tpc_secret[CHORUS_SECRET_BYTES]; /* used by tpc_run and tpc_child */
+static uint64_t tpc_comm_id;
 
 /* Reports a failure from a child (stderr, with the rank) and returns 1. */
 TPC_FN int tpc_fail(const tpc_ctx_t *ctx, const char *fmt, ...) CHORUS_PRINTF(2, 3);

@@ -64,7 +64,15 @@ typedef struct {
 
 static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* printf-style checking of say()'s arguments where the compiler offers it (as
+ * CHORUS_PRINTF does inside the library, whose headers chorusrun does not include). */
+#if defined(__GNUC__)
+#define RUN_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#else
+#define RUN_PRINTF(fmt_idx, arg_idx)
+#endif
+
+static void say(const char *fmt, ...) RUN_PRINTF(1, 2);
 static void say(const char *fmt, ...)
 {
     char line[1024];

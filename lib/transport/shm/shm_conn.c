@@ -155,7 +155,8 @@ static chorus_status_t setup_check(shm_tp_t *tp, uint64_t deadline_ns)
 {
     chorus_status_t status;
 
-    if (tp->params.abort_flag != NULL && *tp->params.abort_flag) {
+    if (tp->params.abort_flag != NULL &&
+        atomic_load_explicit(tp->params.abort_flag, memory_order_relaxed)) {
         return chorus__error(CHORUS_ERR_ABORTED, "rank %d: shm: connect aborted", tp->rank);
     }
     for (int i = 0; i < tp->npeers; i++) {

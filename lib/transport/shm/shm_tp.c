@@ -54,8 +54,7 @@ static void complete(chorus_tp_req_t *req, chorus_status_t status)
 {
     req->status = status;
     req->next = NULL;
-    atomic_thread_fence(memory_order_release);
-    req->done = 1;
+    req->done = 1; /* read by this same thread: see chorus_tp_req_t */
 }
 
 static void fail_queue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p, chorus_status_t status)
@@ -313,7 +312,8 @@ static chorus_status_t shm_wait(chorus_tp_t *tp_, uint64_t timeout_us)
     uint32_t bell;
 
     if (!tp->connected) return CHORUS_SUCCESS;
-    if (tp->params.abort_flag != NULL && *tp->params.abort_flag) {
+    if (tp->params.abort_flag != NULL &&
+        atomic_load_explicit(tp->params.abort_flag, memory_order_relaxed)) {
         return chorus__error(CHORUS_ERR_ABORTED, "rank %d: shm: wait aborted", tp->rank);
     }
     /* Sleep in slices so that dead peers are noticed even if nobody wakes us. */

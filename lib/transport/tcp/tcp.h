@@ -14,6 +14,7 @@
 #include "util/auth.h"
 #include "util/status.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -40,7 +41,7 @@ struct chorus_tp {
     uint8_t secret[CHORUS_SECRET_BYTES];
     uint64_t comm_id;
     double timeout_s;
-    const volatile int *abort_flag;
+    const atomic_int *abort_flag;
     int listen_fd;
     struct sockaddr_storage bound; /* what get_addr hands out */
     int sndbuf, rcvbuf;            /* SO_SNDBUF / SO_RCVBUF to set; 0: kernel autotuning */

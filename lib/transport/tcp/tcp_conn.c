@@ -22,20 +22,25 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-/* The state shared with the accepting thread during connect_all. */
+/* The state shared with the accepting thread during connect_all. The two flags are the
+ * only fields both threads touch while it runs. What else the accepting thread writes
+ * (status, msg, tp->peers[p].fd of the lower ranks, which the connecting thread leaves
+ * alone) happens before its release store of `finished`, and is read only after the
+ * acquire load that sees it and pthread_join. */
 typedef struct {
     chorus_tp_t *tp;
     const uint8_t *peer_mask;
     uint64_t deadline_ns;
     chorus_acceptor_t *acc;
-    volatile int stop;     /* set by the connecting thread: give up accepting */
-    volatile int finished; /* set by the accepting thread when it returns */
+    atomic_int stop;     /* set by the connecting thread: give up accepting */
+    atomic_int finished; /* set by the accepting thread when it returns */
     chorus_status_t status;
     char msg[512]; /* the accepting thread's detail message, for the caller's thread */
 } tcp_accept_ctx_t;
@@ -243,7 +248,7 @@ static void *accept_main(void *arg)
         missing--;
         CHORUS_TRACE("tcp", "rank %d: accepted peer %d", tp->rank, peer);
     }
-    __atomic_store_n(&ctx->finished, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(&ctx->finished, 1, memory_order_release);
     return NULL;
 }
 
@@ -292,9 +297,9 @@ err:
 static void join_acceptor(chorus_tp_t *tp, tcp_accept_ctx_t *ctx, pthread_t thread)
 {
     const struct timespec tick = {0, 1000000};
-    while (!__atomic_load_n(&ctx->finished, __ATOMIC_ACQUIRE)) {
-        if (tp->abort_flag != NULL && *tp->abort_flag)
-            __atomic_store_n(&ctx->stop, 1, __ATOMIC_RELEASE);
+    while (!atomic_load_explicit(&ctx->finished, memory_order_acquire)) {
+        if (tp->abort_flag != NULL && atomic_load_explicit(tp->abort_flag, memory_order_relaxed))
+            atomic_store_explicit(&ctx->stop, 1, memory_order_relaxed);
         nanosleep(&tick, NULL);
     }
     pthread_join(thread, NULL);
@@ -311,6 +316,8 @@ static chorus_status_t tcp_connect_all(chorus_tp_t *tp, const uint8_t *peer_mask
     for (int p = 0; p < tp->rank; p++)
         need_accept |= peer_mask[p] && tp->peers[p].fd < 0;
     memset(&ctx, 0, sizeof(ctx));
+    atomic_init(&ctx.stop, 0);
+    atomic_init(&ctx.finished, 0);
     ctx.tp = tp;
     ctx.peer_mask = peer_mask;
     ctx.deadline_ns = deadline_ns;
@@ -330,14 +337,15 @@ static chorus_status_t tcp_connect_all(chorus_tp_t *tp, const uint8_t *peer_mask
                               deadline_ns);
     }
     if (need_accept) {
-        if (status != CHORUS_SUCCESS) __atomic_store_n(&ctx.stop, 1, __ATOMIC_RELEASE);
+        if (status != CHORUS_SUCCESS) atomic_store_explicit(&ctx.stop, 1, memory_order_relaxed);
         join_acceptor(tp, &ctx, thread);
         chorus__acceptor_destroy(ctx.acc);
         if (status == CHORUS_SUCCESS && ctx.status != CHORUS_SUCCESS) {
             status = chorus__error(ctx.status, "%s", ctx.msg);
         }
     }
-    if (status == CHORUS_SUCCESS && tp->abort_flag != NULL && *tp->abort_flag) {
+    if (status == CHORUS_SUCCESS && tp->abort_flag != NULL &&
+        atomic_load_explicit(tp->abort_flag, memory_order_relaxed)) {
         status = chorus__error(CHORUS_ERR_ABORTED, "rank %d: tcp: connect_all aborted", tp->rank);
     }
     return status;

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -26,7 +27,7 @@
 static void complete(chorus_tp_req_t *req, chorus_status_t status)
 {
     req->status = status;
-    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+    req->done = 1;
 }
 
 static void encode_header(uint8_t *hdr, uint64_t bytes)
@@ -320,7 +321,7 @@ chorus_status_t tcp_wait(chorus_tp_t *tp, uint64_t timeout_us)
             (short)((pp->rq_head != NULL ? POLLIN : 0) | (pp->sq_head != NULL ? POLLOUT : 0));
         tp->pfds[nfds++].revents = 0;
     }
-    if (tp->abort_flag != NULL && *tp->abort_flag) {
+    if (tp->abort_flag != NULL && atomic_load_explicit(tp->abort_flag, memory_order_relaxed)) {
         return chorus__error(CHORUS_ERR_ABORTED, "rank %d: tcp: wait: aborted", tp->rank);
     }
     /* Nothing pending means nothing to wait for: sleeping would only delay the caller. */
