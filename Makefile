@@ -60,9 +60,9 @@ $(BUILD)/bin/chorusrun: $(wildcard tools/chorusrun/*.c) $(STATIC_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
 
-$(BUILD)/bin/chorus-bench: $(wildcard bench/chorus-bench/*.c) $(STATIC_LIB)
+$(BUILD)/bin/chorus-bench: $(wildcard bench/chorus-bench/*.c bench/chorus-bench/*.h) $(STATIC_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) -ljansson $(LDLIBS)
 
 $(BUILD)/tests/test_%: tests/unit/test_%.c $(STATIC_LIB) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
@@ -87,6 +87,38 @@ unit-test: all $(UNIT_BINS)
 
 bench: deps all
 	$(BUILD)/bin/chorusrun -n 4 -- $(BUILD)/bin/chorus-bench allreduce -b 8 -e 64M -f 2 -c 1
+
+# Allreduce (ring and tree) on emulated clusters of 2, 4 and 8 hosts, links capped at
+# 200 Mbit/s: needs root and network namespaces (tests/cluster/cluster_bench.sh --help).
+.PHONY: cluster-bench
+cluster-bench: all
+	BUILD=$(BUILD) sh tests/cluster/cluster_bench.sh $(CLUSTER_BENCH_ARGS)
+
+# bench/compare.sh sets Chorus next to Open MPI and Gloo. Their benchmarks (bench/mpi,
+# bench/gloo) are built only where those libraries are installed, and plain `make` never
+# needs them; `make compare-peers` says what it skipped and why.
+MPICC          ?= mpicc.openmpi
+PEER_CXXFLAGS  ?= -std=c++17 $(OPT) -g -Wall -Wextra -Werror -pthread
+.PHONY: compare-peers bench-compare
+compare-peers:
+	@if command -v $(MPICC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/bin/ompi-bench; \
+	else echo "ompi-bench: skipped: $(MPICC) not found (apt-get install libopenmpi-dev)"; fi
+	@if [ ! -f /usr/include/gloo/allreduce.h ]; then \
+	    echo "gloo-bench: skipped: /usr/include/gloo not found (apt-get install libgloo-dev)"; \
+	elif ! command -v $(CXX) >/dev/null 2>&1; then \
+	    echo "gloo-bench: skipped: no C++ compiler $(CXX) (apt-get install g++)"; \
+	else $(MAKE) --no-print-directory $(BUILD)/bin/gloo-bench; fi
+
+$(BUILD)/bin/ompi-bench: bench/mpi/ompi-bench.c bench/mpi/peer.h
+	@mkdir -p $(dir $@)
+	$(MPICC) -D_GNU_SOURCE $(CFLAGS) $(LDFLAGS) -o $@ $<
+
+$(BUILD)/bin/gloo-bench: bench/gloo/gloo-bench.cc bench/mpi/peer.h
+	@mkdir -p $(dir $@)
+	$(CXX) -Ibench/mpi $(PEER_CXXFLAGS) $(LDFLAGS) -o $@ $< -lgloo -pthread
+
+bench-compare: all compare-peers
+	BUILD=$(BUILD) sh bench/compare.sh
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 test

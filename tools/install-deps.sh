@@ -3,8 +3,10 @@
 # --check only reports (exit 1 if something required is missing). Optional packages are
 # reported, never fatal.
 set -u
-REQUIRED="build-essential pkg-config libssl-dev libcmocka-dev"
-OPTIONAL="openmpi-bin valgrind"
+REQUIRED="build-essential pkg-config libssl-dev libcmocka-dev libjansson-dev"
+OPTIONAL="openmpi-bin valgrind libopenmpi-dev libgloo-dev g++ python3-jsonschema gnuplot-nox"
+# libopenmpi-dev, libgloo-dev, g++: bench/compare.sh; python3-jsonschema: tests/mp/bench_json.sh;
+# gnuplot-nox: chorus-bench --plot. libjansson-dev (required): chorus-bench --json.
 
 missing() {
     for p in "$@"; do

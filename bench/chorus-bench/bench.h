@@ -1,6 +1,14 @@
 /*
- * chorus-bench internals shared by main.c (options, timing, report) and data.c (buffer
- * contents and result checks). Only the public API (chorus.h) is used.
+ * chorus-bench internals. The files split the work as follows:
+ *   main.c         start-up: options, environment, communicator, run metadata, reports
+ *   args.c         the command line (nccl-tests flags and ours) and the help text
+ *   run.c          the timed loops, the iteration count, the text tables of rank 0
+ *   data.c         buffer contents and result checks
+ *   report_json.c  the JSON document (written, and read back by sweep), with jansson
+ *   report_csv.c   the CSV file
+ *   sweep.c        `chorus-bench sweep`: one job per rank count, and the scaling table
+ *   plot.c         PNG plots through gnuplot
+ * Only the public API (chorus.h) and lib/util/config.h are used from the library.
  */
 #ifndef CHORUS_BENCH_H
 #define CHORUS_BENCH_H
@@ -9,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum {
     COLL_ALLREDUCE,
@@ -17,8 +26,36 @@ typedef enum {
     COLL_BROADCAST,
     COLL_REDUCE,
     COLL_ALLTOALL,
+    COLL_SENDRECV, /* ring: send to rank + 1, receive from rank - 1, in one group */
+    COLL_BARRIER,  /* latency only: no data */
     COLL_COUNT
 } coll_t;
+
+/* The `-a` choices of nccl-tests: which rank's time a row shows. */
+typedef enum { AVG_RANK0 = 0, AVG_MEAN = 1, AVG_MIN = 2, AVG_MAX = 3 } avg_mode_t;
+
+/* Sizes at or below this get the latency table across ranks by default (--lat-max). */
+#define BENCH_LAT_MAX_DEFAULT ((size_t)64 << 10)
+#define BENCH_ITERS_MIN 5
+#define BENCH_ITERS_MAX 1000
+
+typedef struct {
+    int all_colls;
+    coll_t coll;
+    size_t min_bytes, max_bytes, step_bytes;
+    size_t factor; /* > 1: multiply the size; 1: add step_bytes */
+    int iters;     /* 0: adapt to time_per_size */
+    int warmup, check, root, blocking;
+    avg_mode_t avg_mode;
+    int all_dtypes, all_ops;
+    chorus_dtype_t dtype;
+    chorus_op_t op;
+    double time_per_size; /* seconds of timed calls per size, both placements together */
+    size_t lat_max;
+    const char *algo;      /* NULL: leave CHORUS_ALGO as it is */
+    const char *transport; /* NULL: leave CHORUS_TRANSPORT as it is */
+    const char *json_path, *csv_path, *plot_prefix;
+} options_t;
 
 /* One test: a collective with one datatype and op, as seen by one rank. */
 typedef struct {
@@ -41,12 +78,71 @@ typedef struct {
     size_t recv_inplace_offset;
 } counts_t;
 
+/* One result row: one size of one test, out of place or in place. */
+typedef struct {
+    coll_t coll;
+    int has_dtype, has_op, has_root; /* 0: not applicable to the collective */
+    chorus_dtype_t dtype;
+    chorus_op_t op;
+    int root;
+    int in_place;
+    uint64_t size, count;
+    double time_us, algbw, busbw;
+    int64_t wrong; /* -1: not checked */
+    double lat_avg_us, lat_min_us, lat_max_us;
+    int iters;
+} row_t;
+
+/* What a run was, for the JSON and CSV files. Strings are owned by the struct. */
+typedef struct {
+    int ranks, hosts, version;
+    char transport[32], algo[32];
+    uint64_t chunk_size;
+    char hostname[256];
+    char date[32]; /* ISO 8601, UTC */
+    char *command;
+    /* The options that shaped the numbers. */
+    uint64_t min_bytes, max_bytes;
+    int warmup, iters; /* iters 0: adaptive */
+    int check, avg_mode;
+    double time_per_size;
+} meta_t;
+
+typedef struct {
+    meta_t meta;
+    row_t *rows;
+    size_t nrows, cap;
+    uint64_t wrong_total;
+    double busbw_sum;
+    int busbw_count;
+} results_t;
+
+typedef struct {
+    options_t opt;
+    chorus_comm_t comm;
+    int rank, nranks;
+    void *sendbuf, *recvbuf;
+    double *times; /* one per rank, for the spread across ranks */
+    results_t res;
+} bench_t;
+
+/* ---- args.c ---- */
+const char *bench_coll_name(coll_t coll);
+int bench_parse_coll(const char *text, coll_t *coll_p);
+int bench_parse_size(const char *text, size_t *bytes_p);
+void bench_usage(FILE *out);
+/* Returns 0 to run, 1 when a help text was printed, -1 on a usage error (printed). */
+int bench_parse_args(int argc, char **argv, options_t *opt);
+
+/* ---- data.c ---- */
 /* Counts for a buffer of count elements (size / element size). */
 counts_t bench_counts(coll_t coll, size_t count, int nranks);
-
 /* 1 if the collective takes a reduction op, 0 if it only moves data. */
 int bench_coll_reduces(coll_t coll);
-
+/* 1 if the collective takes a root (broadcast, reduce). */
+int bench_coll_rooted(coll_t coll);
+/* 1 if the collective has an in-place form that chorus-bench times. */
+int bench_coll_has_in_place(coll_t coll);
 /* Fills the buffers for a checked run and returns the send and receive pointers to pass
  * to the call: the send data are exact values that depend on rank and index, the
  * receive buffer (or, in place, the rest of the common buffer) holds a pattern that no
@@ -54,8 +150,37 @@ int bench_coll_reduces(coll_t coll);
  * buffer in place. */
 void bench_prepare(const test_t *t, const counts_t *c, int in_place, void *sendbuf, void *base_recv,
                    void **send_p, void **recv_p);
-
 /* Number of result elements on this rank that differ from the expected ones. */
 size_t bench_count_wrong(const test_t *t, const counts_t *c, const void *recv);
+
+/* ---- run.c ---- */
+/* Runs every test the options ask for, prints the tables (rank 0) and fills b->res. */
+void bench_run(bench_t *b);
+/* Ends the benchmark on this rank after a failed call; chorusrun then stops the others. */
+void bench_fail(bench_t *b, chorus_status_t status, const char *what, size_t bytes);
+
+/* ---- results (report_json.c) ---- */
+/* Appends a row; returns -1 when out of memory. */
+int bench_results_add(results_t *r, const row_t *row);
+void bench_results_free(results_t *r);
+int bench_write_json(const results_t *r, const char *path);
+/* Reads a file written by bench_write_json (sweep reads its jobs' results this way). */
+int bench_read_json(const char *path, results_t *r);
+
+/* ---- report_csv.c ---- */
+int bench_write_csv(FILE *out, const results_t *r, int with_header);
+int bench_write_csv_file(const results_t *r, const char *path);
+
+/* ---- plot.c ---- */
+/* Draws PREFIX-COLL-busbw.png and PREFIX-COLL-latency.png for each collective in the
+ * runs: one line per run label (and, when a run holds several, per datatype, op and
+ * placement). in_place_too: also draw the in-place series. Returns 0, or -1 (printed)
+ * when gnuplot is missing or failed: never fatal to the caller. */
+int bench_plot(const char *prefix, const results_t *runs, const char *const *labels, int nruns,
+               int in_place_too);
+
+/* ---- sweep.c ---- */
+/* `chorus-bench sweep ...`: argv[0] is "sweep". Returns the exit status. */
+int bench_sweep(int argc, char **argv, const char *self);
 
 #endif

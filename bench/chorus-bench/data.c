@@ -9,7 +9,8 @@
  *             multiple of n, so the average is exact too.
  *   prod      v in {1, 2}: exactly i mod (min(n, 6) + 1) ranks hold a 2, so every
  *             product is a power of two no larger than 64.
- *   min, max and the collectives that only move data: v = (7 i + 31 r + 1) mod (L + 1).
+ *   min, max and the collectives that only move data (sendrecv included):
+ *             v = (7 i + 31 r + 1) mod (L + 1).
  * L is the largest integer below which every integer is exact in the datatype and no
  * sum overflows (127 for the 8-bit types, 256 for bfloat16, 2048 for float16). Integer
  * types wrap (as the library specifies) when n is so large that no choice avoids it; the
@@ -47,7 +48,8 @@ counts_t bench_counts(coll_t coll, size_t count, int nranks)
         c.recv_count = per_rank * n;
         c.param_count = per_rank;
         break;
-    default: break;
+    case COLL_BARRIER: c = (counts_t){0, 0, 0, 0, 0}; break;
+    default: break; /* allreduce, broadcast, reduce, sendrecv: count in and out */
     }
     return c;
 }
@@ -55,6 +57,18 @@ counts_t bench_counts(coll_t coll, size_t count, int nranks)
 int bench_coll_reduces(coll_t coll)
 {
     return coll == COLL_ALLREDUCE || coll == COLL_REDUCE_SCATTER || coll == COLL_REDUCE;
+}
+
+int bench_coll_rooted(coll_t coll)
+{
+    return coll == COLL_BROADCAST || coll == COLL_REDUCE;
+}
+
+/* Sendrecv in place would receive into the buffer it is still sending from within one
+ * group, which the API does not define; a barrier has no buffers. */
+int bench_coll_has_in_place(coll_t coll)
+{
+    return coll != COLL_SENDRECV && coll != COLL_BARRIER;
 }
 
 static int64_t exact_limit(chorus_dtype_t dtype)
@@ -229,6 +243,9 @@ static void expected(const test_t *t, const counts_t *c, size_t j, void *out)
     case COLL_ALLGATHER: store_value(t->dtype, out, 0, gen(t, (int)(j / per), j % per)); break;
     case COLL_ALLTOALL:
         store_value(t->dtype, out, 0, gen(t, (int)(j / per), (size_t)t->rank * per + j % per));
+        break;
+    case COLL_SENDRECV:
+        store_value(t->dtype, out, 0, gen(t, (t->rank + t->nranks - 1) % t->nranks, j));
         break;
     default: break;
     }

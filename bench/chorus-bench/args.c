@@ -1,0 +1,336 @@
+/*
+ * The command line of chorus-bench: the nccl-tests flags (-b -e -f -i -n -w -c -d -o -r
+ * -a -z) with their meanings, and ours (--algo, --transport, --time-per-size, --json,
+ * --csv, --plot, --lat-max). The help text lists every flag; keep it in step with
+ * bench/README.md.
+ */
+#include "bench.h"
+#include "util/config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum {
+    OPT_HELP_ENV = 256,
+    OPT_ALGO,
+    OPT_TRANSPORT,
+    OPT_TIME_PER_SIZE,
+    OPT_JSON,
+    OPT_CSV,
+    OPT_PLOT,
+    OPT_LAT_MAX,
+};
+
+static const char *const coll_names[COLL_COUNT] = {
+    "allreduce", "allgather", "reduce_scatter", "broadcast",
+    "reduce",    "alltoall",  "sendrecv",       "barrier",
+};
+
+static const char *const dtype_aliases[][2] = {
+    {"half", "float16"}, {"fp16", "float16"},   {"bf16", "bfloat16"}, {"float", "float32"},
+    {"fp32", "float32"}, {"double", "float64"}, {"int", "int32"},     {"char", "int8"},
+};
+
+static const char *const algo_choices[] = {"auto", "ring", "tree", "rd"};
+static const char *const transport_choices[] = {"auto", "shm", "tcp"};
+
+const char *bench_coll_name(coll_t coll)
+{
+    return (unsigned)coll < COLL_COUNT ? coll_names[coll] : "?";
+}
+
+void bench_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: chorus-bench COLLECTIVE [options]    (run on every rank, e.g. under chorusrun)\n"
+        "       chorus-bench sweep --ranks N,N,... [sweep options] COLLECTIVE [options]\n"
+        "       chorus-bench --help-env\n"
+        "COLLECTIVE: allreduce allgather reduce_scatter broadcast reduce alltoall sendrecv\n"
+        "            barrier, or all (each in turn); nccl-tests names (all_reduce_perf) work\n"
+        "options as in nccl-tests:\n"
+        "  -b, --minbytes SIZE      smallest size in bytes, K/M/G suffixes (default 32M)\n"
+        "  -e, --maxbytes SIZE      largest size (default 32M)\n"
+        "  -f, --stepfactor N       multiply the size by N at each step\n"
+        "  -i, --stepbytes SIZE     else add SIZE at each step (default 1M)\n"
+        "  -n, --iters N            timed iterations per size (default: adapt, see\n"
+        "                           --time-per-size)\n"
+        "  -w, --warmup_iters N     warm-up iterations (default 5)\n"
+        "  -c, --check 0|1          check the results (default 1)\n"
+        "  -d, --datatype TYPE      int8 uint8 int32 uint32 int64 uint64 float16 bfloat16\n"
+        "                           float32 float64, or all (default float32)\n"
+        "  -o, --op OP              sum prod min max avg, or all (default sum)\n"
+        "  -r, --root N             root of broadcast and reduce (default 0)\n"
+        "  -a, --average 0|1|2|3    the time a row shows: 0 rank 0's, 1 the mean over ranks,\n"
+        "                           2 the fastest rank's, 3 the slowest rank's (default 3)\n"
+        "  -z, --blocking 0|1       accepted for nccl-tests scripts; Chorus host collectives\n"
+        "                           always block, so both values time the same thing\n"
+        "Chorus options:\n"
+        "      --algo ALGO          ring, tree, rd or auto: sets CHORUS_ALGO before init\n"
+        "      --transport TP       auto, shm or tcp: sets CHORUS_TRANSPORT before init\n"
+        "      --time-per-size SEC  without -n, choose the iterations so that the timed calls\n"
+        "                           of a size take about SEC seconds, within [%d, %d]\n"
+        "                           (default 0.5)\n"
+        "      --lat-max SIZE       sizes up to SIZE also get the latency across ranks\n"
+        "                           (avg/min/max) table (default 64K)\n"
+        "      --json FILE          write every row and the run's metadata as JSON\n"
+        "                           (schema: bench/schema/chorus-bench.schema.json)\n"
+        "      --csv FILE           write every row as CSV, metadata in '#' lines\n"
+        "      --plot PREFIX        draw PREFIX-COLL-busbw.png and PREFIX-COLL-latency.png\n"
+        "                           with gnuplot (skipped, with a message, without it)\n"
+        "  -h, --help               this help\n"
+        "      --help-env           the CHORUS_* environment variables\n"
+        "sweep options (chorus-bench sweep -h for more):\n"
+        "      --ranks N,N,...      rank counts to run (required)\n"
+        "      --launcher CMD       launcher taking -n N (default: chorusrun next to this\n"
+        "                           program)\n"
+        "      --algos A,A,...      also run each algorithm (default: --algo or auto)\n"
+        "      --keep DIR           keep each job's JSON and output in DIR\n",
+        BENCH_ITERS_MIN, BENCH_ITERS_MAX);
+}
+
+/* Sizes as nccl-tests reads them: K, M and G are powers of 1024. */
+int bench_parse_size(const char *text, size_t *bytes_p)
+{
+    char *end;
+    unsigned long long v;
+    int shift = 0;
+
+    errno = 0;
+    v = strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *text == '-') return -1;
+    if (*end != '\0' && strchr("kKmMgG", *end) != NULL) {
+        shift = strchr("kK", *end) != NULL ? 10 : strchr("mM", *end) != NULL ? 20 : 30;
+        end++;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end != '\0' || v > (SIZE_MAX >> shift)) return -1;
+    *bytes_p = (size_t)(v << shift);
+    return 0;
+}
+
+static int parse_int(const char *text, int min, int max, int *value_p)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) return -1;
+    *value_p = (int)v;
+    return 0;
+}
+
+static int parse_seconds(const char *text, double *value_p)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !(v > 0.0) || v > 3600.0) return -1;
+    *value_p = v;
+    return 0;
+}
+
+static int parse_choice(const char *text, const char *const *choices, size_t n, const char **out_p)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcasecmp(text, choices[i]) == 0) {
+            *out_p = choices[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_dtype(const char *text, options_t *opt)
+{
+    if (strcasecmp(text, "all") == 0) {
+        opt->all_dtypes = 1;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(dtype_aliases) / sizeof(dtype_aliases[0]); i++)
+        if (strcasecmp(text, dtype_aliases[i][0]) == 0) text = dtype_aliases[i][1];
+    for (int d = 0; d < CHORUS_NUM_DTYPES; d++) {
+        const char *name = chorus_dtype_name((chorus_dtype_t)d);
+        if (name != NULL && strcasecmp(text, name) == 0) {
+            opt->dtype = (chorus_dtype_t)d;
+            opt->all_dtypes = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_op(const char *text, options_t *opt)
+{
+    if (strcasecmp(text, "all") == 0) {
+        opt->all_ops = 1;
+        return 0;
+    }
+    for (int o = 0; o < CHORUS_NUM_OPS; o++) {
+        const char *name = chorus_op_name((chorus_op_t)o);
+        if (name != NULL && strcasecmp(text, name) == 0) {
+            opt->op = (chorus_op_t)o;
+            opt->all_ops = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Copies a collective name without its underscores and without a trailing "_perf", so that
+ * the nccl-tests names (all_reduce, all_reduce_perf) are accepted too. */
+static void squeeze_name(const char *text, char *out, size_t size)
+{
+    size_t n = 0;
+
+    for (; *text != '\0' && strcmp(text, "_perf") != 0 && n < size - 1; text++)
+        if (*text != '_') out[n++] = *text;
+    out[n] = '\0';
+}
+
+int bench_parse_coll(const char *text, coll_t *coll_p)
+{
+    char name[32], want[32];
+
+    squeeze_name(text, name, sizeof(name));
+    for (int c = 0; c < COLL_COUNT; c++) {
+        squeeze_name(coll_names[c], want, sizeof(want));
+        if (strcasecmp(name, want) == 0) {
+            *coll_p = (coll_t)c;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const struct option long_options[] = {
+    {"minbytes", required_argument, NULL, 'b'},
+    {"maxbytes", required_argument, NULL, 'e'},
+    {"stepfactor", required_argument, NULL, 'f'},
+    {"stepbytes", required_argument, NULL, 'i'},
+    {"iters", required_argument, NULL, 'n'},
+    {"warmup_iters", required_argument, NULL, 'w'},
+    {"check", required_argument, NULL, 'c'},
+    {"datatype", required_argument, NULL, 'd'},
+    {"op", required_argument, NULL, 'o'},
+    {"root", required_argument, NULL, 'r'},
+    {"average", required_argument, NULL, 'a'},
+    {"blocking", required_argument, NULL, 'z'},
+    {"algo", required_argument, NULL, OPT_ALGO},
+    {"transport", required_argument, NULL, OPT_TRANSPORT},
+    {"time-per-size", required_argument, NULL, OPT_TIME_PER_SIZE},
+    {"lat-max", required_argument, NULL, OPT_LAT_MAX},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"csv", required_argument, NULL, OPT_CSV},
+    {"plot", required_argument, NULL, OPT_PLOT},
+    {"help", no_argument, NULL, 'h'},
+    {"help-env", no_argument, NULL, OPT_HELP_ENV},
+    {NULL, 0, NULL, 0},
+};
+
+/* Applies one option; returns 0, 1 after a help text, -1 on a bad value. */
+static int apply_option(int c, const char *arg, options_t *opt, int *factor_p)
+{
+    int avg = 0;
+
+    switch (c) {
+    case 'b': return bench_parse_size(arg, &opt->min_bytes);
+    case 'e': return bench_parse_size(arg, &opt->max_bytes);
+    case 'i': return bench_parse_size(arg, &opt->step_bytes);
+    case 'f': return parse_int(arg, 1, 1 << 20, factor_p);
+    case 'n': return parse_int(arg, 1, 1000000000, &opt->iters);
+    case 'w': return parse_int(arg, 0, 1000000000, &opt->warmup);
+    case 'c': return parse_int(arg, 0, 1, &opt->check);
+    case 'r': return parse_int(arg, 0, 1000000000, &opt->root);
+    case 'z': return parse_int(arg, 0, 1, &opt->blocking);
+    case 'a':
+        if (parse_int(arg, 0, 3, &avg) != 0) return -1;
+        opt->avg_mode = (avg_mode_t)avg;
+        return 0;
+    case 'd': return parse_dtype(arg, opt);
+    case 'o': return parse_op(arg, opt);
+    case OPT_ALGO: return parse_choice(arg, algo_choices, 4, &opt->algo);
+    case OPT_TRANSPORT: return parse_choice(arg, transport_choices, 3, &opt->transport);
+    case OPT_TIME_PER_SIZE: return parse_seconds(arg, &opt->time_per_size);
+    case OPT_LAT_MAX: return bench_parse_size(arg, &opt->lat_max);
+    case OPT_JSON: opt->json_path = arg; return 0;
+    case OPT_CSV: opt->csv_path = arg; return 0;
+    case OPT_PLOT: opt->plot_prefix = arg; return 0;
+    case 'h': bench_usage(stdout); return 1;
+    case OPT_HELP_ENV: chorus__config_print(stdout); return 1;
+    default: return -2;
+    }
+}
+
+static void option_name(int c, char *out, size_t size)
+{
+    if (c < 256) {
+        snprintf(out, size, "-%c", c);
+        return;
+    }
+    for (const struct option *o = long_options; o->name != NULL; o++) {
+        if (o->val == c) {
+            snprintf(out, size, "--%s", o->name);
+            return;
+        }
+    }
+    snprintf(out, size, "?");
+}
+
+int bench_parse_args(int argc, char **argv, options_t *opt)
+{
+    int c, factor = 1, rc;
+    char name[32];
+
+    *opt = (options_t){.coll = COLL_COUNT,
+                       .min_bytes = 32 << 20,
+                       .max_bytes = 32 << 20,
+                       .step_bytes = 1 << 20,
+                       .factor = 1,
+                       .iters = 0,
+                       .warmup = 5,
+                       .check = 1,
+                       .blocking = 1,
+                       .avg_mode = AVG_MAX,
+                       .dtype = CHORUS_FLOAT32,
+                       .op = CHORUS_SUM,
+                       .time_per_size = 0.5,
+                       .lat_max = BENCH_LAT_MAX_DEFAULT};
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:a:z:h", long_options, NULL)) != -1) {
+        rc = apply_option(c, optarg, opt, &factor);
+        if (rc == 1) return 1;
+        if (rc == -2) {
+            fprintf(stderr, "chorus-bench: see chorus-bench -h\n");
+            return -1;
+        }
+        if (rc != 0) {
+            option_name(c, name, sizeof(name));
+            fprintf(stderr, "chorus-bench: invalid value '%s' for %s (see chorus-bench -h)\n",
+                    optarg, name);
+            return -1;
+        }
+    }
+    opt->factor = (size_t)factor;
+    if (optind == argc - 1 && strcasecmp(argv[optind], "all") == 0) {
+        opt->all_colls = 1;
+        opt->coll = COLL_ALLREDUCE;
+    } else if (optind != argc - 1 || bench_parse_coll(argv[optind], &opt->coll) != 0) {
+        if (optind < argc)
+            fprintf(stderr, "chorus-bench: unknown collective '%s'\n", argv[optind]);
+        else
+            fprintf(stderr, "chorus-bench: which collective? (see chorus-bench -h)\n");
+        return -1;
+    }
+    if (opt->min_bytes > opt->max_bytes || (opt->factor == 1 && opt->step_bytes == 0)) {
+        fprintf(stderr, "chorus-bench: need minbytes <= maxbytes and a step that grows\n");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,343 @@
+/*
+ * The timed loops of chorus-bench and rank 0's text tables.
+ *
+ * For each size: a barrier, then the timed calls (out of place, then in place where the
+ * collective has an in-place form), then with -c 1 one checked call on fresh data. Every
+ * rank measures its own mean time per call; the times of all ranks are gathered, and the
+ * row shows the one that -a asks for (the slowest rank's by default: a collective is done
+ * when its slowest rank is done), with the mean, fastest and slowest kept for the latency
+ * table and the JSON file.
+ */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const avg_mode_names[] = {"rank 0's time", "the mean over ranks",
+                                             "the fastest rank's time", "the slowest rank's time"};
+
+void bench_fail(bench_t *b, chorus_status_t status, const char *what, size_t bytes)
+{
+    fprintf(stderr, "chorus-bench: rank %d: %s failed (%zu bytes): %s: %s\n", b->rank, what, bytes,
+            chorus_status_string(status), chorus_last_error());
+    fflush(stdout);
+    chorus_comm_abort(b->comm);
+    chorus_comm_destroy(b->comm);
+    exit(1);
+}
+
+/* The ring exchange of sendrecv: both directions in one group, so that no rank waits for
+ * its successor to post a receive first. */
+static chorus_status_t run_sendrecv(const bench_t *b, const test_t *t, size_t count,
+                                    const void *send, void *recv)
+{
+    int next = (t->rank + 1) % t->nranks, prev = (t->rank + t->nranks - 1) % t->nranks;
+    chorus_status_t status, end_status;
+
+    status = chorus_group_start();
+    if (status != CHORUS_SUCCESS) return status;
+    status = chorus_send(send, count, t->dtype, next, b->comm, NULL);
+    if (status == CHORUS_SUCCESS) status = chorus_recv(recv, count, t->dtype, prev, b->comm, NULL);
+    end_status = chorus_group_end();
+    return status != CHORUS_SUCCESS ? status : end_status;
+}
+
+static chorus_status_t run_coll(const bench_t *b, const test_t *t, const counts_t *c,
+                                const void *send, void *recv)
+{
+    switch (t->coll) {
+    case COLL_ALLREDUCE:
+        return chorus_allreduce(send, recv, c->param_count, t->dtype, t->op, b->comm, NULL);
+    case COLL_ALLGATHER:
+        return chorus_allgather(send, recv, c->param_count, t->dtype, b->comm, NULL);
+    case COLL_REDUCE_SCATTER:
+        return chorus_reduce_scatter(send, recv, c->param_count, t->dtype, t->op, b->comm, NULL);
+    case COLL_BROADCAST:
+        return chorus_broadcast(send, recv, c->param_count, t->dtype, t->root, b->comm, NULL);
+    case COLL_REDUCE:
+        return chorus_reduce(send, recv, c->param_count, t->dtype, t->op, t->root, b->comm, NULL);
+    case COLL_ALLTOALL: return chorus_alltoall(send, recv, c->param_count, t->dtype, b->comm, NULL);
+    case COLL_SENDRECV: return run_sendrecv(b, t, c->param_count, send, recv);
+    case COLL_BARRIER: return chorus_barrier(b->comm);
+    default: return CHORUS_ERR_INVALID_ARGUMENT;
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* algbw and busbw in GB/s (10^9 bytes), with the byte counts and factors of nccl-tests. */
+static void bandwidth(const test_t *t, const counts_t *c, double sec, double *algbw_p,
+                      double *busbw_p)
+{
+    double n = t->nranks, bytes = (double)c->param_count * (double)chorus_dtype_size(t->dtype);
+    double factor = 1.0;
+
+    switch (t->coll) {
+    case COLL_ALLREDUCE: factor = 2.0 * (n - 1) / n; break;
+    case COLL_ALLGATHER:
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALLTOALL:
+        bytes *= n;
+        factor = (n - 1) / n;
+        break;
+    case COLL_BARRIER: bytes = 0.0; break;
+    default: break; /* broadcast, reduce, sendrecv: factor 1 */
+    }
+    *algbw_p = sec > 0.0 ? bytes / 1.0e9 / sec : 0.0;
+    *busbw_p = *algbw_p * factor;
+}
+
+static void *buffer_at(const test_t *t, void *base, size_t offset)
+{
+    return (char *)base + offset * (size_t)t->rank * chorus_dtype_size(t->dtype);
+}
+
+/* Without -n: one timed call estimates the cost of a call, and the iteration count makes
+ * the timed loops of this size last about --time-per-size. Ranks may estimate differently,
+ * and every rank must make the same number of calls: they agree on the largest count. */
+static int choose_iters(bench_t *b, const test_t *t, const counts_t *c, size_t bytes)
+{
+    chorus_status_t status;
+    int32_t iters;
+    double start, sec, budget;
+
+    if (b->opt.iters > 0) return b->opt.iters;
+    status = chorus_barrier(b->comm);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, "barrier", bytes);
+    start = now_s();
+    status = run_coll(b, t, c, b->sendbuf, b->recvbuf);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), bytes);
+    sec = now_s() - start;
+    budget = b->opt.time_per_size / (bench_coll_has_in_place(t->coll) ? 2.0 : 1.0);
+    if (sec <= 0.0 || budget / sec >= BENCH_ITERS_MAX)
+        iters = BENCH_ITERS_MAX;
+    else if (budget / sec <= BENCH_ITERS_MIN)
+        iters = BENCH_ITERS_MIN;
+    else
+        iters = (int32_t)(budget / sec);
+    status = chorus_allreduce(&iters, &iters, 1, CHORUS_INT32, CHORUS_MAX, b->comm, NULL);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, "allreduce of the iteration count", bytes);
+    return (int)iters;
+}
+
+/* Gathers every rank's mean time and fills the row's time and latency spread. */
+static void spread(bench_t *b, double sec, size_t bytes, row_t *row)
+{
+    chorus_status_t status;
+    double sum = 0.0, lo, hi, pick;
+
+    status = chorus_allgather(&sec, b->times, 1, CHORUS_FLOAT64, b->comm, NULL);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, "allgather of the times", bytes);
+    lo = hi = b->times[0];
+    for (int r = 0; r < b->nranks; r++) {
+        sum += b->times[r];
+        if (b->times[r] < lo) lo = b->times[r];
+        if (b->times[r] > hi) hi = b->times[r];
+    }
+    switch (b->opt.avg_mode) {
+    case AVG_RANK0: pick = b->times[0]; break;
+    case AVG_MEAN: pick = sum / b->nranks; break;
+    case AVG_MIN: pick = lo; break;
+    default: pick = hi; break;
+    }
+    row->time_us = pick * 1.0e6;
+    row->lat_avg_us = sum / b->nranks * 1.0e6;
+    row->lat_min_us = lo * 1.0e6;
+    row->lat_max_us = hi * 1.0e6;
+}
+
+static void print_half(const row_t *row)
+{
+    char time_str[32], wrong_str[32];
+
+    snprintf(time_str, sizeof(time_str),
+             row->time_us >= 10000.0 ? "%7.0f"
+             : row->time_us >= 100.0 ? "%7.1f"
+                                     : "%7.2f",
+             row->time_us);
+    if (row->wrong < 0)
+        snprintf(wrong_str, sizeof(wrong_str), "%5s", "N/A");
+    else
+        snprintf(wrong_str, sizeof(wrong_str), "%5lld", (long long)row->wrong);
+    printf("  %7s  %6.2f  %6.2f  %5s", time_str, row->algbw, row->busbw, wrong_str);
+}
+
+/* One half of a line: the timed loop, then (with -c 1) one checked call on fresh data. */
+static void bench_time(bench_t *b, const test_t *t, const counts_t *c, int in_place, uint64_t shown,
+                       int iters)
+{
+    void *send = in_place ? buffer_at(t, b->recvbuf, c->send_inplace_offset) : b->sendbuf;
+    void *recv = in_place ? buffer_at(t, b->recvbuf, c->recv_inplace_offset) : b->recvbuf;
+    chorus_status_t status;
+    double start, sec;
+    row_t row = {.coll = t->coll,
+                 .has_dtype = t->coll != COLL_BARRIER,
+                 .has_op = bench_coll_reduces(t->coll),
+                 .has_root = bench_coll_rooted(t->coll),
+                 .dtype = t->dtype,
+                 .op = t->op,
+                 .root = t->root,
+                 .in_place = in_place,
+                 .size = shown,
+                 .count = c->param_count,
+                 .wrong = -1,
+                 .iters = iters};
+
+    status = chorus_barrier(b->comm);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, "barrier", shown);
+    start = now_s();
+    for (int iter = 0; iter < iters; iter++) {
+        status = run_coll(b, t, c, send, recv);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), shown);
+    }
+    sec = (now_s() - start) / iters;
+    spread(b, sec, shown, &row);
+    bandwidth(t, c, row.time_us * 1.0e-6, &row.algbw, &row.busbw);
+    if (b->opt.check && t->coll != COLL_BARRIER) {
+        uint64_t wrong;
+        bench_prepare(t, c, in_place, b->sendbuf, b->recvbuf, &send, &recv);
+        status = run_coll(b, t, c, send, recv);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), shown);
+        wrong = bench_count_wrong(t, c, recv);
+        status = chorus_allreduce(&wrong, &wrong, 1, CHORUS_UINT64, CHORUS_SUM, b->comm, NULL);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, "allreduce of the check", shown);
+        row.wrong = (int64_t)wrong;
+        b->res.wrong_total += wrong;
+    }
+    if (t->coll != COLL_BARRIER) {
+        b->res.busbw_sum += row.busbw;
+        b->res.busbw_count++;
+    }
+    if (b->rank == 0) {
+        if (bench_results_add(&b->res, &row) != 0)
+            bench_fail(b, CHORUS_ERR_NO_MEMORY, "allocation", 0);
+        print_half(&row);
+    }
+}
+
+/* Runs warm-up iterations at the largest and the smallest size, as nccl-tests does. */
+static void warm_up(bench_t *b, const test_t *t)
+{
+    size_t es = chorus_dtype_size(t->dtype);
+    size_t sizes[2] = {b->opt.max_bytes, b->opt.min_bytes};
+
+    for (int s = 0; s < 2; s++) {
+        counts_t c = bench_counts(t->coll, sizes[s] / es, t->nranks);
+        for (int i = 0; i < b->opt.warmup; i++) {
+            chorus_status_t status = run_coll(b, t, &c, b->sendbuf, b->recvbuf);
+            if (status != CHORUS_SUCCESS) bench_fail(b, status, "warm-up", sizes[s]);
+        }
+        if (t->coll == COLL_BARRIER) break;
+    }
+}
+
+static void print_columns(const bench_t *b, coll_t coll)
+{
+    if (b->rank != 0) return;
+    printf("#\n# %s: the time column is %s (-a %d)\n", bench_coll_name(coll),
+           avg_mode_names[b->opt.avg_mode], (int)b->opt.avg_mode);
+    printf("#%72s%28s\n", "out-of-place", "in-place");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %5s\n", "size",
+           "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+           "busbw", "#wrong", "iters");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+           "");
+    fflush(stdout);
+}
+
+/* The OSU-style table: for the small sizes, the spread of the per-rank mean times. */
+static void print_latency(const bench_t *b, size_t first_row)
+{
+    const results_t *r = &b->res;
+    int header = 0;
+
+    if (b->rank != 0) return;
+    for (size_t i = first_row; i < r->nrows; i++) {
+        const row_t *row = &r->rows[i];
+        if (row->size > b->opt.lat_max) continue;
+        if (!header) {
+            printf("#\n# %s latency across ranks, sizes <= %zu B: mean, fastest and slowest "
+                   "rank's time per call (us)\n",
+                   bench_coll_name(row->coll), b->opt.lat_max);
+            printf("# %10s  %8s  %6s  %12s  %9s  %9s  %9s  %5s\n", "size (B)", "type", "redop",
+                   "placement", "avg", "min", "max", "iters");
+            header = 1;
+        }
+        printf("  %10llu  %8s  %6s  %12s  %9.2f  %9.2f  %9.2f  %5d\n",
+               (unsigned long long)row->size,
+               row->has_dtype ? chorus_dtype_name(row->dtype) : "none",
+               row->has_op ? chorus_op_name(row->op) : "none",
+               row->in_place ? "in-place" : "out-of-place", row->lat_avg_us, row->lat_min_us,
+               row->lat_max_us, row->iters);
+    }
+    fflush(stdout);
+}
+
+static void time_sizes(bench_t *b, const test_t *t)
+{
+    size_t es = chorus_dtype_size(t->dtype);
+    int rooted = bench_coll_rooted(t->coll), in_place = bench_coll_has_in_place(t->coll);
+    const char *op_name = bench_coll_reduces(t->coll) ? chorus_op_name(t->op) : "none";
+
+    warm_up(b, t);
+    for (size_t size = b->opt.min_bytes; size <= b->opt.max_bytes;) {
+        counts_t c = bench_counts(t->coll, size / es, t->nranks);
+        uint64_t shown = (c.send_count > c.recv_count ? c.send_count : c.recv_count) * es;
+        int iters = choose_iters(b, t, &c, shown);
+        if (b->rank == 0)
+            printf("%12llu  %12zu  %8s  %6s  %6d", (unsigned long long)shown, c.param_count,
+                   t->coll == COLL_BARRIER ? "none" : chorus_dtype_name(t->dtype), op_name,
+                   rooted ? t->root : -1);
+        bench_time(b, t, &c, 0, shown, iters);
+        if (in_place)
+            bench_time(b, t, &c, 1, shown, iters);
+        else if (b->rank == 0)
+            printf("  %7s  %6s  %6s  %5s", "-", "-", "-", "-");
+        if (b->rank == 0) {
+            printf("  %5d\n", iters);
+            fflush(stdout);
+        }
+        /* A barrier has no size: one line is the whole measurement. */
+        if (t->coll == COLL_BARRIER) break;
+        size_t next = b->opt.factor > 1 ? size * b->opt.factor : size + b->opt.step_bytes;
+        if (next <= size) break;
+        size = next;
+    }
+}
+
+static void run_coll_tests(bench_t *b, coll_t coll)
+{
+    int reduces = bench_coll_reduces(coll), moves_data = coll != COLL_BARRIER;
+    int first_dtype = b->opt.all_dtypes && moves_data ? 0 : (int)b->opt.dtype;
+    int last_dtype = b->opt.all_dtypes && moves_data ? CHORUS_NUM_DTYPES - 1 : (int)b->opt.dtype;
+    int first_op = b->opt.all_ops && reduces ? 0 : (int)b->opt.op;
+    int last_op = b->opt.all_ops && reduces ? CHORUS_NUM_OPS - 1 : (int)b->opt.op;
+    size_t first_row = b->res.nrows;
+
+    print_columns(b, coll);
+    for (int d = first_dtype; d <= last_dtype; d++) {
+        for (int o = first_op; o <= last_op; o++) {
+            test_t t = {coll, (chorus_dtype_t)d, (chorus_op_t)o, b->opt.root, b->rank, b->nranks};
+            time_sizes(b, &t);
+        }
+    }
+    print_latency(b, first_row);
+}
+
+void bench_run(bench_t *b)
+{
+    if (!b->opt.all_colls) {
+        run_coll_tests(b, b->opt.coll);
+        return;
+    }
+    for (int c = 0; c < COLL_COUNT; c++)
+        run_coll_tests(b, (coll_t)c);
+}
