@@ -9,6 +9,7 @@
 #   mp       the collective matrix (mp_coll_matrix) through chorusrun on 1, 2, 3, 4 and 8
 #            ranks, over CHORUS_TRANSPORT=shm, tcp and auto, once per algorithm
 #   scripts  every tests/mp/*.sh (mpirun, torchrun-style launch, strangers)
+#            and tests/cluster/test_*.sh (hosts as network namespaces)
 #
 # Every run has a deadline (chorusrun --timeout, or timeout(1) for the scripts), so nothing
 # hangs. Logs of failed tests are printed (last lines) and kept under $LOGDIR.
@@ -187,6 +188,11 @@ run_scripts() {
     for script in tests/mp/*.sh; do
         [ -f "$script" ] || continue
         run_test "script/$(basename "$script" .sh)" timeout -k 5 240 sh "$script"
+    done
+    # The emulated cluster (network namespaces; each test skips without them).
+    for script in tests/cluster/test_*.sh; do
+        [ -f "$script" ] || continue
+        run_test "cluster/$(basename "$script" .sh)" timeout -k 5 240 sh "$script"
     done
 }
 

@@ -1,0 +1,53 @@
+#!/bin/sh
+# Every collective x dtype x op (mp_coll_matrix) on an emulated cluster of 4 hosts x 2 ranks
+# (tests/cluster/cluster.sh): shared memory between the two ranks of a host, TCP over the
+# veths and the bridge between hosts. Once per algorithm on free links, then once with
+# capped links and one host four times slower than the others (a straggler link: the
+# pipelines must wait for it, not lose or reorder data). Also checks that every rank
+# really mixed the transports: "peers: 1 shm, 6 tcp". Skipped (77) without netns.
+set -u
+BUILD=${BUILD:-build}
+HERE=$(dirname "$0")
+PROG="$BUILD/tests/mp_coll_matrix"
+[ -x "$PROG" ] || { echo "missing $PROG (run make)"; exit 1; }
+unset CHORUS_TRANSPORT CHORUS_ALGO CHORUS_DEBUG_FILE 2>/dev/null
+# A hang in the library becomes an error well before the cluster's own deadline.
+export CHORUS_TIMEOUT=${CHORUS_TIMEOUT:-30}
+# The INFO log carries the "peers: X shm, Y tcp" line of every rank.
+export CHORUS_DEBUG=info
+LOG=$(mktemp "${TMPDIR:-/tmp}/chorus-cluster-matrix.XXXXXX") || exit 1
+trap 'rm -f "$LOG"' EXIT
+FAILED=0
+
+# case LABEL [cluster options] -- matrix options
+case_run() {
+    label=$1
+    shift
+    t0=$(date +%s)
+    sh "$HERE/cluster.sh" --hosts 4 --ranks-per-host 2 --timeout 100 "$@" >"$LOG" 2>&1
+    rc=$?
+    if [ "$rc" -eq 77 ]; then
+        grep 'skipped:' "$LOG" | tail -n 1
+        exit 77
+    fi
+    summary=$(grep '\[host0 r0\] mp_coll_matrix: .* passed, 0 failed' "$LOG")
+    mixed=$(grep -c 'ready: rank [0-7] of 8 on 4 host(s); peers: 1 shm, 6 tcp' "$LOG")
+    if [ "$rc" -ne 0 ] || [ -z "$summary" ] || [ "$mixed" -ne 8 ]; then
+        echo "FAIL $label: cluster exit $rc, $mixed of 8 ranks with 1 shm + 6 tcp peers"
+        grep -v ' core: .* bytes (class ' "$LOG" | tail -n 40
+        FAILED=1
+        return
+    fi
+    echo "ok   $label ($(($(date +%s) - t0)) s): ${summary#*mp_coll_matrix: }"
+}
+
+for algo in auto ring tree rd; do
+    case_run "4x2 free links, algo=$algo" -- "$PROG" --algo "$algo"
+done
+# Capped links, host 2 at a quarter of the others' rate. The large cases would take long
+# at these rates, so only the standard counts.
+case_run "4x2 links 400mbit, host 2 at 100mbit, algo=auto" \
+    --rate 400mbit --rate-of 2=100mbit -- "$PROG" --large 0
+
+[ "$FAILED" -eq 0 ] || exit 1
+echo "cluster matrix: every collective exact on 4 hosts x 2 ranks (shm within, tcp between)"
