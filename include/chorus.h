@@ -200,6 +200,20 @@ chorus_status_t chorus_barrier(chorus_comm_t comm);
 chorus_status_t chorus_group_start(void);
 chorus_status_t chorus_group_end(void);
 
+/* ---- Introspection ---- */
+
+/* The algorithm Chorus would choose on comm for `collective` ("allreduce", "allgather",
+ * "reduce_scatter", "broadcast", "reduce", "alltoall", "barrier") of count elements of
+ * dtype, as a static name ("ring", "tree", "rd", "pairwise", "dissemination"). count means
+ * what it means in that collective's call (allgather: sendcount; reduce_scatter: recvcount;
+ * alltoall: count per peer) and is ignored for "barrier"; dtype must be valid even there.
+ * The answer follows CHORUS_ALGO as read when comm was created. Local: it communicates
+ * nothing. CHORUS_ERR_INVALID_ARGUMENT for a NULL comm, collective or name_p, an unknown
+ * collective name or an unknown dtype. For tools and logs; the choice may change between
+ * releases. */
+chorus_status_t chorus_algorithm_name(chorus_comm_t comm, const char *collective, size_t count,
+                                      chorus_dtype_t dtype, const char **name_p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -38,6 +38,8 @@ typedef enum { AVG_RANK0 = 0, AVG_MEAN = 1, AVG_MIN = 2, AVG_MAX = 3 } avg_mode_
 #define BENCH_LAT_MAX_DEFAULT ((size_t)64 << 10)
 #define BENCH_ITERS_MIN 5
 #define BENCH_ITERS_MAX 1000
+/* Room for an algorithm name in a row ("dissemination" and whatever comes later). */
+#define BENCH_ALGO_NAME_BYTES 32
 
 typedef struct {
     int all_colls;
@@ -91,12 +93,18 @@ typedef struct {
     int64_t wrong; /* -1: not checked */
     double lat_avg_us, lat_min_us, lat_max_us;
     int iters;
+    /* The algorithm the library chose for this collective and count
+     * (chorus_algorithm_name), or "p2p" for sendrecv. A copy, because sweep reads rows
+     * back from files. */
+    char algo[BENCH_ALGO_NAME_BYTES];
 } row_t;
 
 /* What a run was, for the JSON and CSV files. Strings are owned by the struct. */
 typedef struct {
     int ranks, hosts, version;
-    char transport[32], algo[32];
+    /* What was asked for: CHORUS_TRANSPORT and CHORUS_ALGO (auto when unset); each row
+     * records the algorithm actually chosen. */
+    char transport[32], algo_requested[32];
     uint64_t chunk_size;
     char hostname[256];
     char date[32]; /* ISO 8601, UTC */

@@ -73,7 +73,7 @@ static void fill_meta(bench_t *b, char (*hosts)[HOST_BYTES])
     text = chorus__config_str("CHORUS_TRANSPORT");
     snprintf(m->transport, sizeof(m->transport), "%s", text != NULL ? text : "auto");
     text = chorus__config_str("CHORUS_ALGO");
-    snprintf(m->algo, sizeof(m->algo), "%s", text != NULL ? text : "auto");
+    snprintf(m->algo_requested, sizeof(m->algo_requested), "%s", text != NULL ? text : "auto");
     m->chunk_size = chorus__config_size("CHORUS_CHUNK_SIZE", 512u << 10);
     snprintf(m->hostname, sizeof(m->hostname), "%s", hosts[0]);
     gmtime_r(&now, &tm);
@@ -121,8 +121,9 @@ static void print_header(bench_t *b)
                b->opt.min_bytes, b->opt.max_bytes,
                b->opt.factor > 1 ? b->opt.factor : b->opt.step_bytes,
                b->opt.factor > 1 ? "factor" : "bytes", b->opt.warmup, iters, b->opt.check);
-        printf("# hosts %d transport %s algorithm %s chunk %llu blocking: always (-z %d)\n",
-               m->hosts, m->transport, m->algo, (unsigned long long)m->chunk_size, b->opt.blocking);
+        printf("# hosts %d transport %s algo_requested %s chunk %llu blocking: always (-z %d)\n",
+               m->hosts, m->transport, m->algo_requested, (unsigned long long)m->chunk_size,
+               b->opt.blocking);
         printf("#\n# Using devices\n");
         for (int r = 0; r < b->nranks; r++)
             printf("#  Rank %2d Group  0 Pid %6d on %10s device  cpu\n", r, (int)all[r].pid,

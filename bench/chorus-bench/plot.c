@@ -229,14 +229,14 @@ static void context_of(const results_t *runs, int nruns, char *out, size_t size)
 
     for (int i = 1; i < nruns; i++) {
         same_ranks &= runs[i].meta.ranks == m->ranks;
-        same_algo &= strcmp(runs[i].meta.algo, m->algo) == 0;
+        same_algo &= strcmp(runs[i].meta.algo_requested, m->algo_requested) == 0;
     }
     if (same_ranks)
         snprintf(out, size, " (%d ranks, transport %s%s%s)", m->ranks, m->transport,
-                 same_algo ? ", algo " : "", same_algo ? m->algo : "");
+                 same_algo ? ", algo " : "", same_algo ? m->algo_requested : "");
     else
         snprintf(out, size, " (transport %s%s%s)", m->transport, same_algo ? ", algo " : "",
-                 same_algo ? m->algo : "");
+                 same_algo ? m->algo_requested : "");
 }
 
 int bench_plot(const char *prefix, const results_t *runs, const char *const *labels, int nruns,

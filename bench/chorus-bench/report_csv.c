@@ -1,8 +1,9 @@
 /*
  * The CSV form of a run: the metadata as "# key: value" lines (pandas reads them with
  * comment='#'), one header line, then one line per row. Every row repeats the ranks, the
- * transport and the algorithm, so that the files of several runs (a sweep writes them all
- * into one) can be concatenated and grouped without the metadata. Fields that do not apply
+ * transport and the requested algorithm, so that the files of several runs (a sweep writes
+ * them all into one) can be concatenated and grouped without the metadata, and ends with
+ * the algorithm the library chose for it. Fields that do not apply
  * to a collective (the op of a broadcast, the root of an allreduce, the #wrong of an
  * unchecked run) are empty.
  */
@@ -15,7 +16,7 @@ static void write_meta(FILE *out, const meta_t *m)
     fprintf(out, "# tool: chorus-bench\n");
     fprintf(out, "# chorus_version: %d\n", m->version);
     fprintf(out, "# ranks: %d\n# hosts: %d\n", m->ranks, m->hosts);
-    fprintf(out, "# transport: %s\n# algorithm: %s\n", m->transport, m->algo);
+    fprintf(out, "# transport: %s\n# algo_requested: %s\n", m->transport, m->algo_requested);
     fprintf(out, "# chunk_size: %llu\n", (unsigned long long)m->chunk_size);
     fprintf(out, "# hostname: %s\n# date: %s\n", m->hostname, m->date);
     fprintf(out, "# command: %s\n", m->command != NULL ? m->command : "");
@@ -30,8 +31,8 @@ static void write_row(FILE *out, const meta_t *m, const row_t *w)
     if (w->has_root) fprintf(out, "%d", w->root);
     fprintf(out, ",%d,%.3f,%.9g,%.9g,", w->in_place, w->time_us, w->algbw, w->busbw);
     if (w->wrong >= 0) fprintf(out, "%lld", (long long)w->wrong);
-    fprintf(out, ",%.3f,%.3f,%.3f,%d,%d,%s,%s\n", w->lat_avg_us, w->lat_min_us, w->lat_max_us,
-            w->iters, m->ranks, m->transport, m->algo);
+    fprintf(out, ",%.3f,%.3f,%.3f,%d,%d,%s,%s,%s\n", w->lat_avg_us, w->lat_min_us,
+            w->lat_max_us, w->iters, m->ranks, m->transport, m->algo_requested, w->algo);
 }
 
 int bench_write_csv(FILE *out, const results_t *r, int with_header)
@@ -39,7 +40,8 @@ int bench_write_csv(FILE *out, const results_t *r, int with_header)
     write_meta(out, &r->meta);
     if (with_header)
         fprintf(out, "collective,size,count,dtype,op,root,in_place,time_us,algbw,busbw,wrong,"
-                     "lat_avg_us,lat_min_us,lat_max_us,iters,ranks,transport,algorithm\n");
+                     "lat_avg_us,lat_min_us,lat_max_us,iters,ranks,transport,algo_requested,"
+                     "algo\n");
     for (size_t i = 0; i < r->nrows; i++)
         write_row(out, &r->meta, &r->rows[i]);
     return ferror(out) ? -1 : 0;

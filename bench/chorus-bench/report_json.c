@@ -10,7 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
-#define SCHEMA_VERSION 1
+/* 2: metadata.algorithm became algo_requested, and every row has the chosen algo. */
+#define SCHEMA_VERSION 2
 
 int bench_results_add(results_t *r, const row_t *row)
 {
@@ -54,7 +55,7 @@ static json_t *meta_json(const meta_t *m)
     bad |= set(o, "ranks", json_integer(m->ranks));
     bad |= set(o, "hosts", json_integer(m->hosts));
     bad |= set(o, "transport", json_string(m->transport));
-    bad |= set(o, "algorithm", json_string(m->algo));
+    bad |= set(o, "algo_requested", json_string(m->algo_requested));
     bad |= set(o, "chunk_size", json_integer((json_int_t)m->chunk_size));
     bad |= set(o, "chorus_version", json_integer(m->version));
     bad |= set(o, "hostname", json_string(m->hostname));
@@ -80,6 +81,7 @@ static json_t *row_json(const row_t *w)
     bad |= set(o, "op", w->has_op ? json_string(chorus_op_name(w->op)) : json_null());
     bad |= set(o, "root", w->has_root ? json_integer(w->root) : json_null());
     bad |= set(o, "in_place", json_boolean(w->in_place));
+    bad |= set(o, "algo", json_string(w->algo));
     bad |= set(o, "time_us", json_real(w->time_us));
     bad |= set(o, "algbw", json_real(w->algbw));
     bad |= set(o, "busbw", json_real(w->busbw));
@@ -170,6 +172,8 @@ static int read_row(const json_t *o, row_t *w)
     w->has_root = json_is_integer(v);
     w->root = w->has_root ? (int)json_integer_value(v) : -1;
     w->in_place = json_is_true(json_object_get(o, "in_place"));
+    v = json_object_get(o, "algo");
+    snprintf(w->algo, sizeof(w->algo), "%s", json_is_string(v) ? json_string_value(v) : "?");
     w->size = (uint64_t)num(o, "size");
     w->count = (uint64_t)num(o, "count");
     w->time_us = num(o, "time_us");
@@ -194,8 +198,8 @@ static void read_meta(const json_t *o, meta_t *m)
     m->chunk_size = (uint64_t)num(o, "chunk_size");
     s = json_string_value(json_object_get(o, "transport"));
     snprintf(m->transport, sizeof(m->transport), "%s", s != NULL ? s : "?");
-    s = json_string_value(json_object_get(o, "algorithm"));
-    snprintf(m->algo, sizeof(m->algo), "%s", s != NULL ? s : "?");
+    s = json_string_value(json_object_get(o, "algo_requested"));
+    snprintf(m->algo_requested, sizeof(m->algo_requested), "%s", s != NULL ? s : "?");
     s = json_string_value(json_object_get(o, "hostname"));
     snprintf(m->hostname, sizeof(m->hostname), "%s", s != NULL ? s : "?");
     s = json_string_value(json_object_get(o, "date"));

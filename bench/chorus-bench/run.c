@@ -64,6 +64,21 @@ static chorus_status_t run_coll(const bench_t *b, const test_t *t, const counts_
     }
 }
 
+/* The algorithm the library chooses for this call, as the row records it. Point-to-point
+ * exchanges have no algorithm to choose. */
+static void chosen_algo(bench_t *b, const test_t *t, const counts_t *c, char *out, size_t size)
+{
+    const char *name = "p2p";
+    chorus_status_t status;
+
+    if (t->coll != COLL_SENDRECV) {
+        status = chorus_algorithm_name(b->comm, bench_coll_name(t->coll), c->param_count, t->dtype,
+                                       &name);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_algorithm_name", 0);
+    }
+    snprintf(out, size, "%s", name);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -190,6 +205,7 @@ static void bench_time(bench_t *b, const test_t *t, const counts_t *c, int in_pl
                  .wrong = -1,
                  .iters = iters};
 
+    chosen_algo(b, t, c, row.algo, sizeof(row.algo));
     status = chorus_barrier(b->comm);
     if (status != CHORUS_SUCCESS) bench_fail(b, status, "barrier", shown);
     start = now_s();

@@ -3,12 +3,16 @@
  * threshold: latency-bound messages take the algorithm with the fewest rounds (recursive
  * doubling, trees), bandwidth-bound ones the ring, which moves the fewest bytes per rank.
  * CHORUS_ALGO forces one algorithm where it applies. Both settings are read when a
- * communicator is created.
+ * communicator is created. chorus_algorithm_name() reports the same choice to tools, so
+ * that a benchmark row can say which algorithm it measured.
  */
 #include "core/comm.h"
 
 #include "util/config.h"
 #include "util/log.h"
+#include "util/status.h"
+
+#include <string.h>
 
 /* Below this many bytes per rank a collective is latency-bound. */
 #define SELECT_SMALL_BYTES ((uint64_t)64 << 10)
@@ -56,17 +60,21 @@ static int select_size_class(uint64_t bytes)
     return c;
 }
 
+/* The choice itself, without the log line, so that chorus_algorithm_name() does not use up
+ * the line that the first real call of a size class would print. */
+static chorus_algo_t select_choose(chorus_comm_t comm, chorus_coll_t coll, uint64_t bytes)
+{
+    chorus_algo_t forced = comm->forced_algo;
+
+    if (forced != CHORUS_ALGO_AUTO && chorus__algo_supports(forced, coll)) return forced;
+    return select_default(comm, coll, bytes);
+}
+
 chorus_algo_t chorus__select_algo(chorus_comm_t comm, chorus_coll_t coll, uint64_t bytes)
 {
-    chorus_algo_t forced = comm->forced_algo, algo;
-    int cls = select_size_class(bytes), fell_back = 0;
+    chorus_algo_t forced = comm->forced_algo, algo = select_choose(comm, coll, bytes);
+    int cls = select_size_class(bytes), fell_back = forced != CHORUS_ALGO_AUTO && algo != forced;
 
-    if (forced != CHORUS_ALGO_AUTO && chorus__algo_supports(forced, coll)) {
-        algo = forced;
-    } else {
-        algo = select_default(comm, coll, bytes);
-        fell_back = forced != CHORUS_ALGO_AUTO;
-    }
     if (CHORUS_LOG_ENABLED(CHORUS_LOG_INFO) && !(comm->logged[coll] & ((uint64_t)1 << cls))) {
         comm->logged[coll] |= (uint64_t)1 << cls;
         if (fell_back)
@@ -86,4 +94,51 @@ uint64_t chorus__select_chunk_count(chorus_comm_t comm, size_t elem_size)
 {
     uint64_t count = comm->chunk_bytes / (elem_size ? elem_size : 1);
     return count ? count : 1;
+}
+
+/* Maps a public collective name to its enum. sendrecv has no algorithm to choose, so it is
+ * not a collective here. Returns -1 if unknown. */
+static int select_parse_coll(const char *name)
+{
+    for (int c = 0; c < CHORUS_NUM_COLLS; c++)
+        if (c != CHORUS_COLL_SENDRECV &&
+            strcmp(name, chorus__core_coll_name((chorus_coll_t)c)) == 0)
+            return c;
+    return -1;
+}
+
+chorus_status_t chorus_algorithm_name(chorus_comm_t comm, const char *collective, size_t count,
+                                      chorus_dtype_t dtype, const char **name_p)
+{
+    static const char fn[] = "chorus_algorithm_name";
+    uint64_t bytes;
+    size_t esize;
+    int coll;
+
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
+    chorus__log_set_rank(comm->rank);
+    if (collective == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: collective is NULL",
+                             comm->rank, fn);
+    if (name_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: name_p is NULL",
+                             comm->rank, fn);
+    coll = select_parse_coll(collective);
+    if (coll < 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: %s: unknown collective \"%.64s\"", comm->rank, fn,
+                             collective);
+    if ((int)dtype < 0 || dtype >= CHORUS_NUM_DTYPES || (esize = chorus_dtype_size(dtype)) == 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown dtype %d",
+                             comm->rank, fn, (int)dtype);
+    /* The same byte count the collective passes to the selector; a count no call would
+     * accept saturates instead of wrapping into a small message. */
+    if (coll == CHORUS_COLL_BARRIER)
+        bytes = 0;
+    else
+        bytes = (uint64_t)count > UINT64_MAX / esize ? UINT64_MAX : (uint64_t)count * esize;
+    *name_p = chorus__algo_name(select_choose(comm, (chorus_coll_t)coll, bytes));
+    return CHORUS_SUCCESS;
 }

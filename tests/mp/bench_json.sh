@@ -6,7 +6,8 @@
 #   2. a 2-rank run with --json and --csv: the JSON document validates against
 #      bench/schema/chorus-bench.schema.json (python3-jsonschema), holds a row for every
 #      collective, and the CSV file holds the same rows; a document with a broken row
-#      must fail validation (so the check itself can fail);
+#      must fail validation (so the check itself can fail); every row records the
+#      algorithm the library chose (auto: by size; --algo tree: tree where it applies);
 #   3. `chorus-bench sweep --ranks 3,2` prints the scaling table and keeps valid JSON;
 #   4. with gnuplot, --plot writes PNG files.
 # Without python3's jsonschema the checks that need it are skipped: the script then says
@@ -60,6 +61,16 @@ if ! "$RUN" -n 2 -q --timeout 60 -- "$BENCH" all -b 8 -e 64K -f 64 -n 2 -w 1 -c 
     tail -n 20 "$TMP/json.out"
 fi
 
+# Per-row algorithms: auto picks by size (8 B latency-bound, 128 KiB not); a forced
+# algorithm shows in every row it applies to.
+for algo in auto tree; do
+    if ! "$RUN" -n 2 -q --timeout 60 -- "$BENCH" allreduce -b 8 -e 128K -f 16384 -n 2 -w 1 \
+        --algo "$algo" --json "$TMP/algo-$algo.json" >"$TMP/algo-$algo.out" 2>&1; then
+        fail "the 2-rank allreduce run with --algo $algo failed"
+        tail -n 20 "$TMP/algo-$algo.out"
+    fi
+done
+
 # 3. A sweep over 2 and 3 ranks (given out of order: the sweep sorts them).
 if ! "$BENCH" sweep --ranks 3,2 --keep "$TMP/sweep" --launcher "$RUN --timeout 60" \
     allreduce -b 1K -e 16K -f 4 -n 2 -w 1 >"$TMP/sweep.out" 2>&1; then
@@ -90,8 +101,9 @@ if ! python3 -c 'import jsonschema' 2>/dev/null; then
     exit 77
 fi
 
+ALGO_AUTO="$TMP/algo-auto.json" ALGO_TREE="$TMP/algo-tree.json" \
 python3 - "$SCHEMA" "$JSON" "$CSV" "$TMP"/sweep/run-*.json <<'EOF' || FAILED=1
-import csv, copy, json, sys
+import csv, copy, json, os, sys
 import jsonschema
 
 schema = json.load(open(sys.argv[1]))
@@ -121,7 +133,7 @@ if got != want:
 if len(rows) != 6 * 3 * 2 + 3 + 1:
     print(f"FAIL: {len(rows)} rows, want 40"); ok = False
 if meta["ranks"] != 2 or meta["hosts"] != 1 or meta["transport"] != "shm" \
-        or meta["algorithm"] != "auto" or meta["options"]["iters"] != 2:
+        or meta["algo_requested"] != "auto" or meta["options"]["iters"] != 2:
     print(f"FAIL: metadata {meta}"); ok = False
 if any(r["wrong"] != 0 for r in rows if r["collective"] != "barrier"):
     print("FAIL: a checked row has wrong values"); ok = False
@@ -131,16 +143,36 @@ for r in rows:
     if not r["lat_min_us"] <= r["lat_avg_us"] <= r["lat_max_us"] or r["time_us"] != r["lat_max_us"]:
         print(f"FAIL: latency spread or -a 3 time wrong in {r}"); ok = False
         break
+# With 2 ranks every size here is below the 64 KiB latency threshold of the automatic
+# choice: recursive doubling for allreduce, trees for broadcast and reduce.
+want_algo = {"allreduce": "rd", "allgather": "ring", "reduce_scatter": "ring",
+             "broadcast": "tree", "reduce": "tree", "alltoall": "pairwise",
+             "sendrecv": "p2p", "barrier": "dissemination"}
+bad = [(r["collective"], r["size"], r["algo"]) for r in rows
+       if r["algo"] != want_algo[r["collective"]]]
+if bad:
+    print(f"FAIL: rows with unexpected algorithms: {bad[:5]}"); ok = False
 csv_rows = list(csv.DictReader(l for l in open(sys.argv[3]) if not l.startswith("#")))
-if [(r["collective"], int(r["size"]), r["in_place"]) for r in csv_rows] != \
-        [(r["collective"], r["size"], str(int(r["in_place"]))) for r in rows]:
+if [(r["collective"], int(r["size"]), r["in_place"], r["algo"]) for r in csv_rows] != \
+        [(r["collective"], r["size"], str(int(r["in_place"])), r["algo"]) for r in rows]:
     print("FAIL: the CSV rows differ from the JSON rows"); ok = False
+if any(r["algo_requested"] != "auto" for r in csv_rows):
+    print("FAIL: the CSV rows do not repeat algo_requested"); ok = False
+
+for env, requested, want in (("ALGO_AUTO", "auto", ["rd", "rd", "ring", "ring"]),
+                             ("ALGO_TREE", "tree", ["tree"] * 4)):
+    d = check(os.environ[env])
+    got = [r["algo"] for r in d["rows"]]
+    if d["metadata"]["algo_requested"] != requested or got != want:
+        print(f"FAIL: --algo {requested}: algo_requested {d['metadata']['algo_requested']}, "
+              f"row algorithms {got}, want {want}"); ok = False
 
 # The validation itself must be able to fail.
 broken = copy.deepcopy(doc)
 broken["rows"][0]["op"] = None  # allreduce always has an op
 broken["rows"][-1]["in_place"] = True  # a barrier has no in-place form
-if len(list(validator.iter_errors(broken))) != 2:
+broken["rows"][1]["algo"] = "p2p"  # only sendrecv is point to point
+if len(list(validator.iter_errors(broken))) != 3:
     print("FAIL: the schema accepted a broken document"); ok = False
 
 sweeps = sys.argv[4:]

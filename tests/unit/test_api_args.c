@@ -7,12 +7,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "chorus.h"
+#include "util/config.h"
 
 #define N 37 /* odd, so no algorithm lines up with it by chance */
 
@@ -586,6 +588,145 @@ static void test_abort_then_destroy(void **state)
     EXPECT_OK(chorus_comm_destroy(c));
 }
 
+/* ---- chorus_algorithm_name ---- */
+
+static const char *const query_colls[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
+                                          "reduce",    "alltoall",  "barrier"};
+#define NQUERY (sizeof query_colls / sizeof query_colls[0])
+
+/* The collectives each algorithm implements, in query_colls order (lib/algo/algo.c). */
+static const struct {
+    const char *name;
+    int supports[NQUERY];
+} query_algos[] = {
+    {"ring", {1, 1, 1, 1, 1, 0, 0}},     {"tree", {1, 0, 0, 1, 1, 0, 0}},
+    {"rd", {1, 0, 0, 0, 0, 0, 0}},       {"pairwise", {0, 0, 0, 0, 0, 1, 0}},
+    {"dissemination", {0, 0, 0, 0, 0, 0, 1}},
+};
+
+/* The name chorus_algorithm_name gives, failing the test on an error. */
+static const char *query(chorus_comm_t c, const char *coll, size_t count, chorus_dtype_t dtype)
+{
+    const char *name = NULL;
+    EXPECT_OK(chorus_algorithm_name(c, coll, count, dtype, &name));
+    assert_non_null(name);
+    assert_true(name[0] != '\0');
+    return name;
+}
+
+/* Sets CHORUS_ALGO (NULL: unset) and makes a fresh communicator, which reads it. */
+static chorus_comm_t comm_with_algo(const char *algo)
+{
+    chorus_comm_t c = NULL;
+
+    if (algo != NULL)
+        assert_int_equal(setenv("CHORUS_ALGO", algo, 1), 0);
+    else
+        assert_int_equal(unsetenv("CHORUS_ALGO"), 0);
+    chorus__config_reload();
+    EXPECT_OK(new_comm(&c));
+    return c;
+}
+
+static void test_algorithm_name_bad_args(void **state)
+{
+    const char *name = "untouched";
+    const chorus_dtype_t bad[] = {(chorus_dtype_t)42, (chorus_dtype_t)-1, CHORUS_NUM_DTYPES};
+    const char *unknown[] = {"", "allreduc", "Allreduce", "sendrecv", "send", "allreduce "};
+    char msg[64];
+    (void)state;
+
+    EXPECT_ERR(chorus_algorithm_name(NULL, "allreduce", 4, CHORUS_FLOAT32, &name),
+               CHORUS_ERR_INVALID_ARGUMENT, "chorus_algorithm_name: comm is NULL");
+    EXPECT_ERR(chorus_algorithm_name(g_comm, NULL, 4, CHORUS_FLOAT32, &name),
+               CHORUS_ERR_INVALID_ARGUMENT, "rank 0: chorus_algorithm_name: collective is NULL");
+    EXPECT_ERR(chorus_algorithm_name(g_comm, "allreduce", 4, CHORUS_FLOAT32, NULL),
+               CHORUS_ERR_INVALID_ARGUMENT, "rank 0: chorus_algorithm_name: name_p is NULL");
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        EXPECT_ERR(chorus_algorithm_name(g_comm, unknown[i], 4, CHORUS_FLOAT32, &name),
+                   CHORUS_ERR_INVALID_ARGUMENT,
+                   "rank 0: chorus_algorithm_name: unknown collective");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(msg, sizeof msg, "rank 0: chorus_algorithm_name: unknown dtype %d", (int)bad[i]);
+        EXPECT_ERR(chorus_algorithm_name(g_comm, "allreduce", 4, bad[i], &name),
+                   CHORUS_ERR_INVALID_ARGUMENT, msg);
+        /* The dtype is checked for a barrier too, though its count is ignored. */
+        EXPECT_ERR(chorus_algorithm_name(g_comm, "barrier", 0, bad[i], &name),
+                   CHORUS_ERR_INVALID_ARGUMENT, msg);
+    }
+    assert_string_equal(name, "untouched"); /* outputs are set only on success */
+    /* A success clears the previous message. */
+    assert_string_equal(query(g_comm, "barrier", 0, CHORUS_UINT8), "dissemination");
+    assert_string_equal(chorus_last_error(), "");
+}
+
+static void test_algorithm_name_choices(void **state)
+{
+    char *saved = getenv("CHORUS_ALGO") ? strdup(getenv("CHORUS_ALGO")) : NULL;
+    const char *auto_small[NQUERY], *auto_large[NQUERY];
+    const size_t small = 1, large = (size_t)1 << 20; /* 4 bytes and 4 MiB of float32 */
+    chorus_comm_t c;
+    (void)state;
+
+    /* Automatic choice: the size threshold of lib/core/select.c (64 KiB per rank). */
+    c = comm_with_algo(NULL);
+    for (size_t i = 0; i < NQUERY; i++) {
+        auto_small[i] = query(c, query_colls[i], small, CHORUS_FLOAT32);
+        auto_large[i] = query(c, query_colls[i], large, CHORUS_FLOAT32);
+    }
+    assert_string_equal(auto_small[0], "rd");
+    assert_string_equal(auto_large[0], "ring");
+    assert_string_equal(auto_small[1], "ring");
+    assert_string_equal(auto_small[2], "ring");
+    assert_string_equal(auto_small[3], "tree");
+    assert_string_equal(auto_large[3], "ring");
+    assert_string_equal(auto_small[4], "tree");
+    assert_string_equal(auto_large[4], "ring");
+    assert_string_equal(auto_small[5], "pairwise");
+    assert_string_equal(auto_large[5], "pairwise");
+    assert_string_equal(auto_small[6], "dissemination");
+    assert_string_equal(query(c, "barrier", large, CHORUS_FLOAT64), "dissemination");
+    /* Bytes decide, not elements: 20000 int8 are small, 20000 float64 are not. */
+    assert_string_equal(query(c, "allreduce", 20000, CHORUS_INT8), "rd");
+    assert_string_equal(query(c, "allreduce", 20000, CHORUS_FLOAT64), "ring");
+    /* A count no call would accept saturates rather than wrapping to a small message. */
+    assert_string_equal(query(c, "allreduce", SIZE_MAX, CHORUS_FLOAT64), "ring");
+    /* The answer is a static string: the same pointer every time. */
+    assert_ptr_equal(query(c, "alltoall", 8, CHORUS_INT32), query(c, "alltoall", 9, CHORUS_INT8));
+    EXPECT_OK(chorus_comm_destroy(c));
+
+    /* CHORUS_ALGO forces an algorithm wherever it implements the collective; elsewhere the
+     * automatic choice stands. */
+    for (size_t a = 0; a < sizeof query_algos / sizeof query_algos[0]; a++) {
+        c = comm_with_algo(query_algos[a].name);
+        for (size_t i = 0; i < NQUERY; i++) {
+            const char *want_s = query_algos[a].supports[i] ? query_algos[a].name : auto_small[i];
+            const char *want_l = query_algos[a].supports[i] ? query_algos[a].name : auto_large[i];
+            assert_string_equal(query(c, query_colls[i], small, CHORUS_FLOAT32), want_s);
+            assert_string_equal(query(c, query_colls[i], large, CHORUS_FLOAT32), want_l);
+        }
+        EXPECT_OK(chorus_comm_destroy(c));
+    }
+    /* The long name parses too; a bad name falls back to the automatic choice. */
+    c = comm_with_algo("recursive_doubling");
+    assert_string_equal(query(c, "allreduce", large, CHORUS_FLOAT32), "rd");
+    EXPECT_OK(chorus_comm_destroy(c));
+    c = comm_with_algo("no_such_algorithm");
+    assert_string_equal(query(c, "allreduce", large, CHORUS_FLOAT32), "ring");
+    assert_string_equal(query(c, "allreduce", small, CHORUS_FLOAT32), "rd");
+    EXPECT_OK(chorus_comm_destroy(c));
+    /* A communicator keeps the setting it was created with. */
+    c = comm_with_algo("tree");
+    assert_int_equal(unsetenv("CHORUS_ALGO"), 0);
+    chorus__config_reload();
+    assert_string_equal(query(c, "allreduce", large, CHORUS_FLOAT32), "tree");
+    EXPECT_OK(chorus_comm_destroy(c));
+
+    if (saved != NULL) assert_int_equal(setenv("CHORUS_ALGO", saved, 1), 0);
+    chorus__config_reload();
+    free(saved);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -605,6 +746,8 @@ int main(void)
         cmocka_unit_test(test_self_sendrecv_order),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_abort_then_destroy),
+        cmocka_unit_test(test_algorithm_name_bad_args),
+        cmocka_unit_test(test_algorithm_name_choices),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
