@@ -6,10 +6,10 @@
  * Broadcast and reduce use one binary tree whose labels are the ranks relative to root.
  *
  * Both phases are chunked: chunk c of a half goes up (or down) while chunk c + 1 follows.
- * Loops emit chunk c of tree 0 (up, then down), then of tree 1, then chunk c + 1: every
- * rank enumerates the same (chunk, tree, phase) groups in the same order, each group has
- * at most one message per peer and direction, so the per-peer message order matches and
- * each group only waits on earlier groups.
+ * Loops emit the up phase of chunk c of both trees, then the down phase of chunk
+ * c - TREE_DOWN_LAG of both trees: every rank enumerates the same (chunk, tree, phase)
+ * groups in the same order, each group has at most one message per peer and direction,
+ * so the per-peer message order matches and each group only waits on earlier groups.
  *
  * Each allreduce element is reduced at one root and copied everywhere else, so results
  * are bitwise identical on all ranks.
@@ -77,10 +77,11 @@ static uint64_t tree_chunk_len(const chorus_coll_args_t *a, uint64_t maxlen)
     return chunk ? chunk : 1;
 }
 
-/* One chunk [off, off + len) of an allreduce over tree t; slots: this tree's scratch
- * (TREE_SLOTS per child). */
-static void tree_allreduce_chunk(chorus_sched_t *s, const tree_node_t *t, uint64_t off,
-                                 uint64_t len, uint64_t slots, uint64_t chunk, uint64_t c)
+/* The up phase of one chunk [off, off + len) of an allreduce over tree t: reduce the
+ * children's partial results into RECV and pass the sum to the parent. slots: this
+ * tree's scratch (TREE_SLOTS per child). */
+static void tree_up_chunk(chorus_sched_t *s, const tree_node_t *t, uint64_t off, uint64_t len,
+                          uint64_t slots, uint64_t chunk, uint64_t c)
 {
     int j, first = 1;
 
@@ -93,15 +94,27 @@ static void tree_allreduce_chunk(chorus_sched_t *s, const tree_node_t *t, uint64
                              SCRATCH_AT(slot), len);
         first = 0;
     }
-    if (t->parent >= 0) {
-        /* A leaf sends its own data; in place, the result overwrites it only after the
-         * root has received (and reduced) it. */
-        chorus__sched_send(s, t->parent, first ? SEND_AT(off) : RECV_AT(off), len);
-        chorus__sched_recv(s, t->parent, RECV_AT(off), len);
-    }
+    /* A leaf sends its own data; in place, the result overwrites it only after the root
+     * has received (and reduced) it. */
+    if (t->parent >= 0) chorus__sched_send(s, t->parent, first ? SEND_AT(off) : RECV_AT(off), len);
+}
+
+/* The down phase of one chunk: receive the result from the parent, pass it on. */
+static void tree_down_chunk(chorus_sched_t *s, const tree_node_t *t, uint64_t off, uint64_t len)
+{
+    int j;
+
+    if (t->parent >= 0) chorus__sched_recv(s, t->parent, RECV_AT(off), len);
     for (j = 0; j < 2; j++)
         if (t->child[j] >= 0) chorus__sched_send(s, t->child[j], RECV_AT(off), len);
 }
+
+/* Messages between two ranks are matched in order, and with two trees the same pair
+ * carries one tree's reductions and the other's results in the same direction. Emitting
+ * chunk c's up and down phases together would make each up message wait behind a down
+ * message that needs a round trip to the root first, and the link would idle half the
+ * time. So the up phase runs TREE_DOWN_LAG chunks ahead of the down phase. */
+#define TREE_DOWN_LAG 2
 
 static void tree_allreduce(const chorus_coll_args_t *a, chorus_sched_t *s)
 {
@@ -119,13 +132,21 @@ static void tree_allreduce(const chorus_coll_args_t *a, chorus_sched_t *s)
         int nchild = (node[t].child[0] >= 0) + (node[t].child[1] >= 0);
         slots[t] = nchild ? chorus__sched_scratch(s, 2 * TREE_SLOTS * chunk) : 0;
     }
-    for (c = 0; c < nch; c++) {
+    for (c = 0; c < nch + TREE_DOWN_LAG; c++) {
         for (t = 0; t < 2; t++) {
-            uint64_t start = c * chunk, base = t == 0 ? 0 : half[0], len;
+            uint64_t start = c * chunk, base = t == 0 ? 0 : half[0];
+
+            if (c >= nch || start >= half[t]) continue;
+            tree_up_chunk(s, &node[t], base + start,
+                          half[t] - start < chunk ? half[t] - start : chunk, slots[t], chunk, c);
+        }
+        if (c < TREE_DOWN_LAG) continue;
+        for (t = 0; t < 2; t++) {
+            uint64_t start = (c - TREE_DOWN_LAG) * chunk, base = t == 0 ? 0 : half[0];
 
             if (start >= half[t]) continue;
-            len = half[t] - start < chunk ? half[t] - start : chunk;
-            tree_allreduce_chunk(s, &node[t], base + start, len, slots[t], chunk, c);
+            tree_down_chunk(s, &node[t], base + start,
+                            half[t] - start < chunk ? half[t] - start : chunk);
         }
     }
 }
