@@ -55,6 +55,20 @@ typedef struct chorus_tp_req {
     uint64_t priv[4];
 } chorus_tp_req_t;
 
+/* Fills a request being posted: pending, no error, links cleared. For transports. */
+static inline void chorus__tp_req_reset(chorus_tp_req_t *req, int peer, const void *buf,
+                                        size_t bytes, int kind)
+{
+    req->done = 0;
+    req->status = CHORUS_SUCCESS;
+    req->next = NULL;
+    req->buf = (void *)buf;
+    req->bytes = bytes;
+    req->offset = 0;
+    req->peer = peer;
+    req->kind = kind;
+}
+
 typedef struct {
     int rank;
     int nranks;

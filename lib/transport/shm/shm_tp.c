@@ -211,18 +211,6 @@ static chorus_status_t post_check(shm_tp_t *tp, int peer, const void *buf, size_
     return CHORUS_SUCCESS;
 }
 
-static void req_init(chorus_tp_req_t *req, int peer, const void *buf, size_t bytes, int kind)
-{
-    req->done = 0;
-    req->status = CHORUS_SUCCESS;
-    req->next = NULL;
-    req->buf = (void *)buf;
-    req->bytes = bytes;
-    req->offset = 0;
-    req->peer = peer;
-    req->kind = kind;
-}
-
 static chorus_status_t shm_isend(chorus_tp_t *tp_, int peer, const void *buf, size_t bytes,
                                  chorus_tp_req_t *req)
 {
@@ -232,7 +220,7 @@ static chorus_status_t shm_isend(chorus_tp_t *tp_, int peer, const void *buf, si
 
     if (status != CHORUS_SUCCESS) return status;
     p = tp->by_rank[peer];
-    req_init(req, peer, buf, bytes, SHM_REQ_SEND);
+    chorus__tp_req_reset(req, peer, buf, bytes, SHM_REQ_SEND);
     if (p->failed != CHORUS_SUCCESS) {
         complete(req, chorus__error(p->failed, "rank %d: shm: %s", tp->rank, p->why));
         return CHORUS_SUCCESS;
@@ -253,7 +241,7 @@ static chorus_status_t shm_irecv(chorus_tp_t *tp_, int peer, void *buf, size_t b
 
     if (status != CHORUS_SUCCESS) return status;
     p = tp->by_rank[peer];
-    req_init(req, peer, buf, bytes, SHM_REQ_RECV);
+    chorus__tp_req_reset(req, peer, buf, bytes, SHM_REQ_RECV);
     if (p->failed != CHORUS_SUCCESS) {
         complete(req, chorus__error(p->failed, "rank %d: shm: %s", tp->rank, p->why));
         return CHORUS_SUCCESS;

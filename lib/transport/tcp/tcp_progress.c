@@ -244,13 +244,7 @@ static chorus_status_t post_check(chorus_tp_t *tp, int peer, const void *buf, si
                              "connected",
                              tp->rank, what, peer);
     }
-    req->done = 0;
-    req->status = CHORUS_SUCCESS;
-    req->next = NULL;
-    req->buf = (void *)buf;
-    req->bytes = bytes;
-    req->offset = 0;
-    req->peer = peer;
+    chorus__tp_req_reset(req, peer, buf, bytes, 0); /* the caller sets kind */
     return CHORUS_SUCCESS;
 }
 
