@@ -92,23 +92,13 @@ void bench_usage(FILE *out)
         BENCH_ITERS_MIN, BENCH_ITERS_MAX);
 }
 
-/* Sizes as nccl-tests reads them: K, M and G are powers of 1024. */
+/* Sizes as nccl-tests reads them: K, M and G are powers of 1024 (the library's parser). */
 int bench_parse_size(const char *text, size_t *bytes_p)
 {
-    char *end;
-    unsigned long long v;
-    int shift = 0;
+    uint64_t bytes;
 
-    errno = 0;
-    v = strtoull(text, &end, 10);
-    if (errno != 0 || end == text || *text == '-') return -1;
-    if (*end != '\0' && strchr("kKmMgG", *end) != NULL) {
-        shift = strchr("kK", *end) != NULL ? 10 : strchr("mM", *end) != NULL ? 20 : 30;
-        end++;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift)) return -1;
-    *bytes_p = (size_t)(v << shift);
+    if (chorus__parse_size(text, &bytes) != 0 || bytes > SIZE_MAX) return -1;
+    *bytes_p = (size_t)bytes;
     return 0;
 }
 
