@@ -27,6 +27,13 @@
 chorus_status_t chorus_kernel_reduce(void *dst, const void *a, const void *b, size_t count,
                                      chorus_dtype_t dtype, chorus_op_t op);
 
+/* dst[i] = src[0][i] op src[1][i] op ... op src[nsrc-1][i], combined left to right (so the
+ * result is the same bytes as chaining chorus_kernel_reduce in that order), in one pass:
+ * each source read once, dst written once. nsrc >= 1; dst may alias src[0] exactly, and
+ * must not overlap the other sources. */
+chorus_status_t chorus_kernel_reduce_multi(void *dst, const void *const *src, int nsrc,
+                                           size_t count, chorus_dtype_t dtype, chorus_op_t op);
+
 /* buf[i] = buf[i] / divisor for i < count (the end of AVG). divisor >= 1. */
 chorus_status_t chorus_kernel_divide(void *buf, size_t count, chorus_dtype_t dtype,
                                      uint64_t divisor);

@@ -15,6 +15,12 @@ typedef enum {
     CHORUS_ALGO_RD,            /* recursive doubling allreduce (non-power-of-two folding) */
     CHORUS_ALGO_PAIRWISE,      /* pairwise exchange alltoall */
     CHORUS_ALGO_DISSEMINATION, /* barrier */
+    CHORUS_ALGO_RABENSEIFNER,  /* allreduce: recursive halving RS + recursive doubling AG */
+    CHORUS_ALGO_BRUCK,         /* allgather for small sizes: ceil(log2 n) rounds, any n */
+    CHORUS_ALGO_SWING,         /* allreduce: Swing (NSDI'24), log rounds, bandwidth-optimal */
+    CHORUS_ALGO_HIER,          /* allreduce: intra-host RS, inter-host AR per slice, intra AG */
+    CHORUS_ALGO_ARENA,         /* single-host collectives through a shared arena (lib/arena);
+                                * not a schedule: lib/core runs it directly */
     CHORUS_NUM_ALGOS
 } chorus_algo_t;
 
@@ -32,6 +38,10 @@ typedef struct {
     uint64_t count;
     int root;             /* broadcast, reduce */
     uint64_t chunk_count; /* pipeline chunk in elements (0: algorithm's choice) */
+    /* Topology, for the algorithms that use it (hier); NULL/1 means one host. host_of[r]
+     * is the host index (0 .. nhosts-1, numbered by first appearance) of rank r. */
+    const int *host_of;
+    int nhosts;
 } chorus_coll_args_t;
 
 /* Nonzero if algo implements coll. */
@@ -48,5 +58,9 @@ chorus_status_t chorus__algo_tree(const chorus_coll_args_t *args, chorus_sched_t
 chorus_status_t chorus__algo_rd(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_pairwise(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_dissemination(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_rabenseifner(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_bruck(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_swing(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_hier(const chorus_coll_args_t *args, chorus_sched_t *s);
 
 #endif

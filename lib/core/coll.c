@@ -135,6 +135,8 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
     args.count = call->count;
     args.root = call->root;
     args.chunk_count = chorus__select_chunk_count(comm, esize);
+    args.host_of = comm->host_of;
+    args.nhosts = comm->nhosts;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
 
     status = coll_sched_get(comm, algo, &args, &sched);

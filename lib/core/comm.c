@@ -179,6 +179,7 @@ static chorus_status_t core_plan_peers(chorus_comm_t comm, core_peer_info_t *inf
                                      comm->rank);
 
     comm->nhosts = 0;
+    comm->nlocal = 0;
     for (p = 0; p < comm->nranks; p++) {
         if (infos[p].rank != p || infos[p].nranks != comm->nranks)
             return chorus__error(CHORUS_ERR_MISMATCH,
@@ -194,7 +195,11 @@ static chorus_status_t core_plan_peers(chorus_comm_t comm, core_peer_info_t *inf
         infos[p].host[CORE_HOST_MAX - 1] = '\0';
         for (q = 0; q < p && strcmp(infos[q].host, infos[p].host) != 0; q++) {
         }
-        if (q == p) comm->nhosts++;
+        comm->host_of[p] = q == p ? comm->nhosts++ : comm->host_of[q];
+        if (strcmp(infos[p].host, me->host) == 0) {
+            if (p == comm->rank) comm->local_index = comm->nlocal;
+            comm->local_ranks[comm->nlocal++] = p;
+        }
         comm->peer_kind[p] = (uint8_t)core_pair_kind(infos, comm->rank, p, mode);
         if (mode == CORE_MODE_SHM && strcmp(infos[p].host, me->host) != 0)
             return chorus__error(CHORUS_ERR_UNSUPPORTED,
@@ -377,6 +382,8 @@ static void core_comm_free(chorus_comm_t comm)
     pthread_mutex_destroy(&comm->err_lock);
     free(comm->peer_kind);
     free(comm->peers);
+    free(comm->host_of);
+    free(comm->local_ranks);
     free(comm);
 }
 
@@ -425,7 +432,11 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
     chorus__select_init(comm);
     comm->peers = calloc((size_t)nranks, sizeof *comm->peers);
     comm->peer_kind = calloc((size_t)nranks, 1);
-    if (comm->peers == NULL || comm->peer_kind == NULL) goto err_free;
+    comm->host_of = calloc((size_t)nranks, sizeof *comm->host_of);
+    comm->local_ranks = calloc((size_t)nranks, sizeof *comm->local_ranks);
+    if (comm->peers == NULL || comm->peer_kind == NULL || comm->host_of == NULL ||
+        comm->local_ranks == NULL)
+        goto err_free;
 
     status = chorus__bootstrap_init(id, rank, nranks, comm->timeout_s, &comm->abort_flag,
                                     &comm->bs);

@@ -54,6 +54,18 @@ struct chorus_comm {
     uint64_t chunk_bytes;      /* CHORUS_CHUNK_SIZE, read once at creation */
     chorus_bootstrap_t *bs;
 
+    /* Topology: host index of every rank (numbered by first appearance), and this host's
+     * ranks in rank order (local_ranks[local_index] == rank). */
+    int *host_of;    /* nranks entries */
+    int *local_ranks; /* nlocal entries */
+    int nlocal;
+    int local_index;
+    /* Single-host collectives through a shared arena (lib/arena); NULL when the comm
+     * spans hosts or the arena is switched off. */
+    struct chorus_arena *arena;
+    /* The cost model of lib/tune (opaque here). */
+    struct chorus_tune *tune;
+
     chorus_peer_tp_t *peers; /* nranks entries; {NULL, NULL} for self */
     uint8_t *peer_kind;      /* nranks entries of chorus_peer_kind_t */
     chorus_peer_tp_t tps[2]; /* the distinct transports in use */

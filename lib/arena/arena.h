@@ -1,0 +1,63 @@
+/*
+ * Single-host collectives through a shared arena.
+ *
+ * When every rank of a communicator is on one host, point-to-point messages over the shm
+ * rings copy each byte twice (into the ring, out of it) and synchronise once per message.
+ * The arena instead gives each local rank a slot in one shared segment: a rank copies its
+ * input into its slot once, the owner of each slice reduces that slice reading every
+ * rank's slot directly (one pass over n sources, one write), and every rank copies the
+ * reduced slices out. Small messages take a flat path: each rank publishes its vector with
+ * a sequence number and every rank reduces all of them itself, in rank order, so every rank
+ * computes identical bytes with one synchronisation.
+ *
+ * The segment is created by local rank 0, mode 0600, authenticated like the shm transport
+ * (HMAC of the comm's secret), attached by the others, and unlinked once all have mapped
+ * it. Waits spin, yield, then block on a futex, with the comm's deadline and abort flag.
+ */
+#ifndef CHORUS_ARENA_ARENA_H
+#define CHORUS_ARENA_ARENA_H
+
+#include "chorus.h"
+#include "algo/schedule.h"
+#include "core/engine.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct chorus_arena chorus_arena_t;
+
+typedef struct {
+    int rank;             /* rank in the comm (for messages) */
+    int nlocal;           /* ranks on this host == ranks of the comm */
+    int local_index;      /* this rank's index among them */
+    uint64_t comm_id;
+    const uint8_t *secret; /* CHORUS_SECRET_BYTES: the comm's secret (authentication) */
+    double timeout_s;
+    const atomic_int *abort_flag;
+    chorus_wait_policy_t wait;
+    struct chorus_bootstrap *bs; /* to exchange the segment name (collective on the comm) */
+} chorus_arena_params_t;
+
+/* Collective over the comm: every rank calls it. Returns CHORUS_SUCCESS with *arena_p NULL
+ * when the arena does not apply (CHORUS_ARENA=0, or fewer than 2 ranks). */
+chorus_status_t chorus__arena_create(const chorus_arena_params_t *params,
+                                     chorus_arena_t **arena_p);
+void chorus__arena_destroy(chorus_arena_t *arena);
+
+/* Nonzero if the arena implements coll. */
+int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll);
+
+/* The collectives, with the argument conventions of chorus.h (already validated; count
+ * > 0; op is never AVG: the caller divides). what names the operation for messages
+ * ("allreduce #12"). */
+chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendbuf,
+                                        void *recvbuf, size_t count, chorus_dtype_t dtype,
+                                        chorus_op_t op, const char *what);
+
+/* Bytes below which allreduce takes the flat path (for the tuner's model). */
+size_t chorus__arena_flat_max(const chorus_arena_t *arena);
+/* Bytes of one pipeline chunk of the staged path (for the tuner's model). */
+size_t chorus__arena_chunk_bytes(const chorus_arena_t *arena);
+
+#endif
