@@ -5,6 +5,8 @@
  */
 #include "core/comm.h"
 
+#include "arena/arena.h"
+
 #include "kernels.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -115,6 +117,48 @@ static chorus_status_t coll_bind(chorus_comm_t comm, const chorus_coll_call_t *c
     return CHORUS_SUCCESS;
 }
 
+/* AVG's division at the end of a reduction (nothing to do for other ops). */
+static chorus_status_t coll_finish_avg(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                       const char *what)
+{
+    chorus_status_t status;
+
+    if (call->op != CHORUS_AVG) return CHORUS_SUCCESS;
+    if (call->coll == CHORUS_COLL_REDUCE && comm->rank != call->root) return CHORUS_SUCCESS;
+    status = chorus_kernel_divide(call->recvbuf, call->count, call->dtype,
+                                  (uint64_t)comm->nranks);
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "rank %d: %s", comm->rank, what);
+        return chorus__comm_record_error(comm, status);
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* Runs a call on the shared arena (lib/arena) instead of a schedule. */
+static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                      chorus_op_t op)
+{
+    chorus_status_t status;
+    char what[64];
+
+    chorus__comm_what(comm, chorus__core_coll_name(call->coll), what, sizeof what);
+    switch (call->coll) {
+    case CHORUS_COLL_ALLREDUCE:
+        status = chorus__arena_allreduce(comm->arena, call->sendbuf, call->recvbuf, call->count,
+                                         call->dtype, op, what);
+        break;
+    default:
+        status = chorus__error(CHORUS_ERR_INTERNAL, "rank %d: %s: the arena does not run it",
+                               comm->rank, what);
+        break;
+    }
+    if (status != CHORUS_SUCCESS) {
+        chorus__error_context(status, "rank %d", comm->rank);
+        return chorus__comm_record_error(comm, status);
+    }
+    return coll_finish_avg(comm, call, what);
+}
+
 /* Runs a validated call with count > 0 (or a barrier). */
 static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *call)
 {
@@ -138,6 +182,7 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
     args.host_of = comm->host_of;
     args.nhosts = comm->nhosts;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
+    if (algo == CHORUS_ALGO_ARENA) return coll_run_arena(comm, call, op);
 
     status = coll_sched_get(comm, algo, &args, &sched);
     if (status == CHORUS_SUCCESS) status = coll_bind(comm, call, sched, esize, bufs);
@@ -147,16 +192,8 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
     CHORUS_TRACE("core", "%s: %zu x %s, %s, %u steps", what, call->count,
                  chorus_dtype_name(call->dtype), chorus__algo_name(algo), sched->nsteps);
     status = chorus__comm_exec(comm, sched, bufs, call->dtype, op, what);
-    if (status != CHORUS_SUCCESS || call->op != CHORUS_AVG) return status;
-
-    if (call->coll == CHORUS_COLL_REDUCE && comm->rank != call->root) return CHORUS_SUCCESS;
-    status = chorus_kernel_divide(call->recvbuf, call->count, call->dtype,
-                                  (uint64_t)comm->nranks);
-    if (status != CHORUS_SUCCESS) {
-        chorus__error_context(status, "rank %d: %s", comm->rank, what);
-        return chorus__comm_record_error(comm, status);
-    }
-    return CHORUS_SUCCESS;
+    if (status != CHORUS_SUCCESS) return status;
+    return coll_finish_avg(comm, call, what);
 }
 
 /* The common path of every collective entry point. */

@@ -4,6 +4,9 @@
  */
 #include "core/comm.h"
 
+#include "arena/arena.h"
+#include "tune/tune.h"
+
 #include "transport/transport.h"
 #include "util/clock.h"
 #include "util/config.h"
@@ -332,6 +335,23 @@ err_free:
     return status;
 }
 
+static chorus_status_t core_arena_create(chorus_comm_t comm)
+{
+    chorus_arena_params_t params;
+
+    memset(&params, 0, sizeof params);
+    params.rank = comm->rank;
+    params.nlocal = comm->nlocal;
+    params.local_index = comm->local_index;
+    params.comm_id = comm->comm_id;
+    params.secret = chorus__bootstrap_id_info(comm->bs)->secret;
+    params.timeout_s = comm->timeout_s;
+    params.abort_flag = &comm->abort_flag;
+    params.wait = comm->wait;
+    params.bs = comm->bs;
+    return chorus__arena_create(&params, &comm->arena);
+}
+
 static chorus_status_t core_connect(chorus_comm_t comm)
 {
     core_peer_info_t *infos;
@@ -352,6 +372,10 @@ static chorus_status_t core_connect(chorus_comm_t comm)
         CHORUS_CHECK_GOTO(core_connect_kind(comm, &chorus__tp_shm_ops, CHORUS_PEER_SHM), out);
     if (core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_TCP))
         CHORUS_CHECK_GOTO(core_connect_kind(comm, &chorus__tp_tcp_ops, CHORUS_PEER_TCP), out);
+    /* The arena serves communicators whose ranks all share one host and reach each other
+     * over shm; every rank knows that from the same table, so all or none take part. */
+    if (comm->nranks > 1 && !core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_TCP))
+        CHORUS_CHECK_GOTO(core_arena_create(comm), out);
 out:
     free(infos);
     return status;
@@ -375,6 +399,8 @@ static void core_log_ready(chorus_comm_t comm)
 static void core_comm_free(chorus_comm_t comm)
 {
     chorus__p2p_forget(comm);
+    if (comm->tune != NULL) chorus__tune_destroy(comm->tune);
+    if (comm->arena != NULL) chorus__arena_destroy(comm->arena);
     for (int i = comm->ntps - 1; i >= 0; i--) comm->tps[i].ops->fini(comm->tps[i].tp);
     if (comm->bs != NULL) chorus__bootstrap_destroy(comm->bs);
     chorus__exec_fini(&comm->exec);
@@ -446,6 +472,7 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
     }
     comm->comm_id = chorus__bootstrap_id_info(comm->bs)->comm_id;
     CHORUS_CHECK_GOTO(core_connect(comm), err_comm);
+    CHORUS_CHECK_GOTO(chorus__tune_create(comm, &comm->tune), err_comm);
     status = chorus__bootstrap_barrier(comm->bs);
     if (status != CHORUS_SUCCESS) {
         chorus__error_context(status, "chorus_comm_init: rank %d: final barrier", rank);

@@ -8,6 +8,8 @@
  */
 #include "core/comm.h"
 
+#include "arena/arena.h"
+
 #include "util/config.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -66,6 +68,9 @@ static chorus_algo_t select_choose(chorus_comm_t comm, chorus_coll_t coll, uint6
 {
     chorus_algo_t forced = comm->forced_algo;
 
+    if (forced == CHORUS_ALGO_ARENA)
+        return comm->arena != NULL && chorus__arena_supports(comm->arena, coll)
+                   ? forced : select_default(comm, coll, bytes);
     if (forced != CHORUS_ALGO_AUTO && chorus__algo_supports(forced, coll)) return forced;
     return select_default(comm, coll, bytes);
 }
