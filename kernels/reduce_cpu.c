@@ -1,128 +1,89 @@
 /*
  * CPU reduction, division and copy kernels (kernels.h), every dtype x op generated once
- * from the X-macro lists below.
+ * from the X-macro lists of reduce_ops.h.
  *
  * Vectorisation. At -O2, GCC 12 only vectorises a loop when the vector code replaces the
  * scalar loop entirely: no run-time alias checks and no scalar epilogue. So the work is
  * cut into fixed-size blocks whose loops have a constant trip count, and the pointers of
  * a block are `restrict`. Because dst may alias a or b exactly, which `restrict` forbids,
  * each op has one block loop per aliasing case (dst distinct, dst == a, dst == b, all
- * three equal), chosen at run time; only the short tail runs as a plain scalar loop.
+ * three equal), chosen at run time; only the short tail runs as a plain scalar loop. The
+ * loops are compiled twice, the second time for AVX2 (reduce_ops.h), and
+ * chorus_kernel_reduce_fn() hands out the copy the CPU can run.
+ *
+ * Large outputs. When a call's working set is larger than the last-level cache, each
+ * block is reduced into a buffer on the stack and written out with non-temporal stores
+ * (chorus__kernel_use_stream): a plain store would first read the destination line from
+ * memory, a third more traffic for a two-source sum, only to evict it again.
  *
  * fp16 and bf16 blocks are widened into float arrays on the stack, reduced there and
  * rounded back; the whole block is read before any of it is written, so any exact
  * aliasing is safe without special cases, and the tail goes through the same code on a
- * zero-padded copy.
+ * zero-padded copy. They are compute-bound, so they never stream.
  */
 #include "kernels.h"
 
-#include "half.h"
+#include "reduce_ops.h"
 #include "util/status.h"
 
 #include <string.h>
 
-/* Elements per block: a multiple of every vector length (up to 64 int8 lanes). */
-#define NATIVE_BLOCK 64
-#define HALF_BLOCK 256
-
-/* ---- Element operations ---- */
-
-/* Integer SUM and PROD run in the unsigned twin type, where wrapping is defined. The
- * conversion back to a signed type wraps modulo 2^bits on every compiler Chorus supports.
- * The 8-bit types promote to int, whose range holds any sum or product of two of them. */
-#define DEFINE_INT_ELEMS(name, T, U)                                                               \
-    static inline T name##_sum(T x, T y)                                                           \
-    {                                                                                              \
-        return (T)(U)((U)x + (U)y);                                                                \
-    }                                                                                              \
-    static inline T name##_prod(T x, T y)                                                          \
-    {                                                                                              \
-        return (T)(U)((U)x * (U)y);                                                                \
-    }                                                                                              \
-    static inline T name##_min(T x, T y)                                                           \
-    {                                                                                              \
-        return y < x ? y : x;                                                                      \
-    }                                                                                              \
-    static inline T name##_max(T x, T y)                                                           \
-    {                                                                                              \
-        return y > x ? y : x;                                                                      \
-    }
-
-/* MIN and MAX propagate NaN: x (from a) wins if it is NaN, else y if that is NaN. Equal
- * values (including -0.0 against +0.0) give x. */
-#define DEFINE_FLOAT_ELEMS(name, T)                                                                \
-    static inline T name##_sum(T x, T y)                                                           \
-    {                                                                                              \
-        return x + y;                                                                              \
-    }                                                                                              \
-    static inline T name##_prod(T x, T y)                                                          \
-    {                                                                                              \
-        return x * y;                                                                              \
-    }                                                                                              \
-    static inline T name##_min(T x, T y)                                                           \
-    {                                                                                              \
-        return (y < x || (y != y && x == x)) ? y : x;                                              \
-    }                                                                                              \
-    static inline T name##_max(T x, T y)                                                           \
-    {                                                                                              \
-        return (y > x || (y != y && x == x)) ? y : x;                                              \
-    }
-
-/* ---- The type lists: name, enum, C type, and the unsigned twin or float converters ---- */
-
-#define INT_TYPES(X)                                                                               \
-    X(int8, CHORUS_INT8, int8_t, uint8_t)                                                          \
-    X(uint8, CHORUS_UINT8, uint8_t, uint8_t)                                                       \
-    X(int32, CHORUS_INT32, int32_t, uint32_t)                                                      \
-    X(uint32, CHORUS_UINT32, uint32_t, uint32_t)                                                   \
-    X(int64, CHORUS_INT64, int64_t, uint64_t)                                                      \
-    X(uint64, CHORUS_UINT64, uint64_t, uint64_t)
-
-#define FLOAT_TYPES(X)                                                                             \
-    X(float32, CHORUS_FLOAT32, float)                                                              \
-    X(float64, CHORUS_FLOAT64, double)
-
-#define HALF_TYPES(X)                                                                              \
-    X(float16, CHORUS_FLOAT16, chorus__half_to_float_inline, chorus__float_to_half_inline)         \
-    X(bfloat16, CHORUS_BFLOAT16, chorus__bf16_to_float_inline, chorus__float_to_bf16_inline)
-
 /* ---- Reduce loops for types the CPU computes natively ---- */
 
+/* _stream reduces through a stack block into non-temporal stores and returns how many
+ * elements it did (0 when dst cannot be aligned for them); the rest, fewer than a block,
+ * is the caller's. */
 #define DEFINE_NATIVE_OP(name, T, op)                                                              \
-    static void name##_##op##_3(T *restrict d, const T *restrict a, const T *restrict b)           \
+    static void KSFX(name##_##op##_3)(T *restrict d, const T *restrict a, const T *restrict b)     \
     {                                                                                              \
         for (size_t j = 0; j < NATIVE_BLOCK; j++)                                                  \
             d[j] = name##_##op(a[j], b[j]);                                                        \
     }                                                                                              \
-    static void name##_##op##_da(T *restrict d, const T *restrict b)                               \
+    static void KSFX(name##_##op##_da)(T *restrict d, const T *restrict b)                         \
     {                                                                                              \
         for (size_t j = 0; j < NATIVE_BLOCK; j++)                                                  \
             d[j] = name##_##op(d[j], b[j]);                                                        \
     }                                                                                              \
-    static void name##_##op##_db(T *restrict d, const T *restrict a)                               \
+    static void KSFX(name##_##op##_db)(T *restrict d, const T *restrict a)                         \
     {                                                                                              \
         for (size_t j = 0; j < NATIVE_BLOCK; j++)                                                  \
             d[j] = name##_##op(a[j], d[j]);                                                        \
     }                                                                                              \
-    static void name##_##op##_dd(T *d)                                                             \
+    static void KSFX(name##_##op##_dd)(T *d)                                                       \
     {                                                                                              \
         for (size_t j = 0; j < NATIVE_BLOCK; j++)                                                  \
             d[j] = name##_##op(d[j], d[j]);                                                        \
     }                                                                                              \
-    static void reduce_##name##_##op(void *dst, const void *a_, const void *b_, size_t n)          \
+    static size_t KSFX(name##_##op##_stream)(T *d, const T *a, const T *b, size_t n)               \
+    {                                                                                              \
+        T tmp[NATIVE_BLOCK];                                                                       \
+        size_t i = chorus__stream_head(d, sizeof(T));                                              \
+        if (i > n - NATIVE_BLOCK) return 0;                                                        \
+        for (size_t j = 0; j < i; j++)                                                             \
+            d[j] = name##_##op(a[j], b[j]);                                                        \
+        for (; i + NATIVE_BLOCK <= n; i += NATIVE_BLOCK) {                                         \
+            KSFX(name##_##op##_3)(tmp, a + i, b + i);                                              \
+            chorus__kernel_stream(d + i, tmp, sizeof(tmp));                                        \
+        }                                                                                          \
+        chorus__kernel_stream_fence();                                                             \
+        return i;                                                                                  \
+    }                                                                                              \
+    static void KSFX(reduce_##name##_##op)(void *dst, const void *a_, const void *b_, size_t n)    \
     {                                                                                              \
         T *d = dst;                                                                                \
         const T *a = a_, *b = b_;                                                                  \
         size_t i = 0;                                                                              \
+        if (n >= NATIVE_BLOCK && chorus__kernel_use_stream(3 * n * sizeof(T)))                     \
+            i = KSFX(name##_##op##_stream)(d, a, b, n);                                            \
         for (; i + NATIVE_BLOCK <= n; i += NATIVE_BLOCK) {                                         \
             if (d != a && d != b)                                                                  \
-                name##_##op##_3(d + i, a + i, b + i);                                              \
+                KSFX(name##_##op##_3)(d + i, a + i, b + i);                                        \
             else if (d != b)                                                                       \
-                name##_##op##_da(d + i, b + i);                                                    \
+                KSFX(name##_##op##_da)(d + i, b + i);                                              \
             else if (d != a)                                                                       \
-                name##_##op##_db(d + i, a + i);                                                    \
+                KSFX(name##_##op##_db)(d + i, a + i);                                              \
             else                                                                                   \
-                name##_##op##_dd(d + i);                                                           \
+                KSFX(name##_##op##_dd)(d + i);                                                     \
         }                                                                                          \
         for (; i < n; i++)                                                                         \
             d[i] = name##_##op(a[i], b[i]);                                                        \
@@ -134,17 +95,13 @@
     DEFINE_NATIVE_OP(name, T, min)                                                                 \
     DEFINE_NATIVE_OP(name, T, max)
 
-#define X_INT(name, e, T, U) DEFINE_INT_ELEMS(name, T, U) DEFINE_NATIVE_OPS(name, T)
-#define X_FLOAT(name, e, T) DEFINE_FLOAT_ELEMS(name, T) DEFINE_NATIVE_OPS(name, T)
-INT_TYPES(X_INT)
-FLOAT_TYPES(X_FLOAT)
-#undef X_INT
-#undef X_FLOAT
+#define X_INT(name, e, T, U) DEFINE_NATIVE_OPS(name, T)
+#define X_FLOAT(name, e, T) DEFINE_NATIVE_OPS(name, T)
 
 /* ---- Reduce loops for fp16 and bf16, through float ---- */
 
 #define DEFINE_HALF_OP(name, TO_F, FROM_F, op)                                                     \
-    static void name##_##op##_block(uint16_t *d, const uint16_t *a, const uint16_t *b)             \
+    static void KSFX(name##_##op##_block)(uint16_t *d, const uint16_t *a, const uint16_t *b)       \
     {                                                                                              \
         float fa[HALF_BLOCK], fb[HALF_BLOCK];                                                      \
         for (size_t j = 0; j < HALF_BLOCK; j++) {                                                  \
@@ -154,18 +111,18 @@ FLOAT_TYPES(X_FLOAT)
         for (size_t j = 0; j < HALF_BLOCK; j++)                                                    \
             d[j] = FROM_F(float32_##op(fa[j], fb[j]));                                             \
     }                                                                                              \
-    static void reduce_##name##_##op(void *dst, const void *a_, const void *b_, size_t n)          \
+    static void KSFX(reduce_##name##_##op)(void *dst, const void *a_, const void *b_, size_t n)    \
     {                                                                                              \
         uint16_t *d = dst;                                                                         \
         const uint16_t *a = a_, *b = b_;                                                           \
         size_t i = 0;                                                                              \
         for (; i + HALF_BLOCK <= n; i += HALF_BLOCK)                                               \
-            name##_##op##_block(d + i, a + i, b + i);                                              \
+            KSFX(name##_##op##_block)(d + i, a + i, b + i);                                        \
         if (i < n) {                                                                               \
             uint16_t ta[HALF_BLOCK] = {0}, tb[HALF_BLOCK] = {0};                                   \
             memcpy(ta, a + i, (n - i) * sizeof(*a));                                               \
             memcpy(tb, b + i, (n - i) * sizeof(*b));                                               \
-            name##_##op##_block(ta, ta, tb);                                                       \
+            KSFX(name##_##op##_block)(ta, ta, tb);                                                 \
             memcpy(d + i, ta, (n - i) * sizeof(*d));                                               \
         }                                                                                          \
     }
@@ -175,20 +132,39 @@ FLOAT_TYPES(X_FLOAT)
     DEFINE_HALF_OP(name, TO_F, FROM_F, prod)                                                       \
     DEFINE_HALF_OP(name, TO_F, FROM_F, min)                                                        \
     DEFINE_HALF_OP(name, TO_F, FROM_F, max)
-HALF_TYPES(X_HALF)
-#undef X_HALF
 
-/* ---- The dispatch table, indexed by dtype and op (AVG excluded) ---- */
+/* ---- The dispatch tables, indexed by dtype and op (AVG excluded) ---- */
 
 #define ROW(name, e, ...)                                                                          \
-    [e] = {reduce_##name##_sum, reduce_##name##_prod, reduce_##name##_min, reduce_##name##_max},
-static const chorus_reduce_fn_t reduce_table[CHORUS_NUM_DTYPES][CHORUS_AVG] = {
-    INT_TYPES(ROW) FLOAT_TYPES(ROW) HALF_TYPES(ROW)};
-#undef ROW
+    [e] = {KSFX(reduce_##name##_sum), KSFX(reduce_##name##_prod), KSFX(reduce_##name##_min),       \
+           KSFX(reduce_##name##_max)},
+
+/* Every loop and the table that lists them, named through KSFX. */
+#define DEFINE_REDUCE_ALL()                                                                        \
+    INT_TYPES(X_INT)                                                                               \
+    FLOAT_TYPES(X_FLOAT)                                                                           \
+    HALF_TYPES(X_HALF)                                                                             \
+    static const chorus_reduce_fn_t KSFX(reduce_table)[CHORUS_NUM_DTYPES][CHORUS_AVG] = {          \
+        INT_TYPES(ROW) FLOAT_TYPES(ROW) HALF_TYPES(ROW)};
+
+#define KSFX(f) f
+DEFINE_REDUCE_ALL()
+#undef KSFX
+
+#if CHORUS__KERNELS_X86
+CHORUS__AVX2_BEGIN
+#define KSFX(f) f##_avx2
+DEFINE_REDUCE_ALL()
+#undef KSFX
+CHORUS__AVX2_END
+#endif
 
 chorus_reduce_fn_t chorus_kernel_reduce_fn(chorus_dtype_t dtype, chorus_op_t op)
 {
     if ((unsigned)dtype >= CHORUS_NUM_DTYPES || (unsigned)op >= CHORUS_AVG) return NULL;
+#if CHORUS__KERNELS_X86
+    if (chorus__kernel_have_avx2()) return reduce_table_avx2[dtype][op];
+#endif
     return reduce_table[dtype][op];
 }
 

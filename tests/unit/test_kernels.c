@@ -449,6 +449,227 @@ static void test_reduce_float64(void **state)
     check_reduce_dtype(CHORUS_FLOAT64);
 }
 
+/* ---- Multi-source reduce against chaining ---- */
+
+/* reduce_ops.h is internal to kernels/; the tests use its switches that force the
+ * non-temporal path onto small buffers and the baseline (non-AVX2) loops onto this CPU. */
+void chorus__kernel_set_stream_threshold(size_t traffic);
+void chorus__kernel_force_baseline(int on);
+
+#define MULTI_MAX 9
+
+static const size_t multi_lengths[] = {0, 1, 7, 63, 64, 65, 1000 + 3, 16 * 64 + 5, 40 * 64 + 17};
+
+/* reduce_multi against two references: chorus_kernel_reduce chained left to right, which
+ * must give the same bytes (except which NaN a SUM or PROD of two NaNs returns: IEEE 754
+ * leaves that open, and x86 takes it from the operand order the compiler picks); and this
+ * file's scalar reference folded the same way, which pins the per-step rounding of fp16
+ * and bf16 and the NaN order of MIN and MAX independently of the kernels. */
+static void check_multi_case(chorus_dtype_t dt, chorus_op_t op, size_t n, int nsrc, int in_place,
+                             int unaligned)
+{
+    size_t sz = chorus_dtype_size(dt), cap = (n + 8) * sz;
+    unsigned char *mem[MULTI_MAX], *md = alloc64(cap + 64), *chain = alloc64(cap);
+    unsigned char *want = alloc64(cap), *src0 = alloc64(cap), *d;
+    const void *src[MULTI_MAX];
+    char ctx[128];
+
+    for (int s = 0; s < nsrc; s++) {
+        mem[s] = alloc64(cap + 64);
+        src[s] = mem[s] + (unaligned ? (size_t)(s % 5 + 1) : 0) * sz;
+        fill_random(dt, (void *)src[s], n + 1);
+    }
+    d = md + (unaligned ? 3 : 0) * sz;
+    fill_random(dt, d, n + 1);
+    if (in_place) d = (unsigned char *)src[0];
+    memcpy(src0, src[0], n * sz);
+    /* Chained kernel, and the scalar reference, both out of place. */
+    if (n > 0) memcpy(chain, src[0], n * sz);
+    for (int s = 1; s < nsrc; s++)
+        assert_int_equal(chorus_kernel_reduce(chain, chain, src[s], n, dt, op), CHORUS_SUCCESS);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(want + i * sz, src0 + i * sz, sz);
+        for (int s = 1; s < nsrc; s++)
+            ref_elem(dt, op, want + i * sz, (const char *)src[s] + i * sz, want + i * sz);
+    }
+    unsigned char guard[8];
+    memcpy(guard, d + n * sz, sz);
+
+    assert_int_equal(chorus_kernel_reduce_multi(d, src, nsrc, n, dt, op), CHORUS_SUCCESS);
+
+    snprintf(ctx, sizeof(ctx), "reduce_multi %s n=%zu nsrc=%d%s%s", chorus_op_name(op), n, nsrc,
+             in_place ? " dst==src[0]" : "", unaligned ? " unaligned" : "");
+    expect_same(dt, d, want, n, src0, nsrc > 1 ? src[1] : NULL, ctx);
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *g = d + i * sz, *c = chain + i * sz;
+        if ((op == CHORUS_SUM || op == CHORUS_PROD) && is_nan_elem(dt, g) && is_nan_elem(dt, c))
+            continue;
+        if (memcmp(g, c, sz) != 0) {
+            print_error("%s: %s element %zu differs from chained reduce\n", ctx,
+                        chorus_dtype_name(dt), i);
+            print_elem("got    ", g, sz);
+            print_elem("chained", c, sz);
+            fail();
+        }
+    }
+    assert_memory_equal(d + n * sz, guard, sz);
+    for (int s = 0; s < nsrc; s++)
+        free(mem[s]);
+    free(md);
+    free(chain);
+    free(want);
+    free(src0);
+}
+
+static void check_multi_dtype(chorus_dtype_t dt)
+{
+    for (chorus_op_t op = CHORUS_SUM; op < CHORUS_AVG; op++)
+        for (size_t li = 0; li < sizeof(multi_lengths) / sizeof(multi_lengths[0]); li++)
+            for (int nsrc = 1; nsrc <= MULTI_MAX; nsrc++)
+                for (int ip = 0; ip < 2; ip++)
+                    check_multi_case(dt, op, multi_lengths[li], nsrc, ip, (int)(li + nsrc) % 2);
+}
+
+static void test_multi_all_dtypes(void **state)
+{
+    (void)state;
+    for (chorus_dtype_t dt = CHORUS_INT8; dt < CHORUS_NUM_DTYPES; dt++)
+        check_multi_dtype(dt);
+}
+
+/* The same cases with every call taking the non-temporal path (for outputs larger than
+ * the cache), which has its own head, chunking and tail. */
+static void test_multi_streamed(void **state)
+{
+    (void)state;
+    chorus__kernel_set_stream_threshold(1);
+    for (chorus_dtype_t dt = CHORUS_INT8; dt < CHORUS_NUM_DTYPES; dt++) {
+        check_multi_dtype(dt);
+        for (chorus_op_t op = CHORUS_SUM; op < CHORUS_AVG; op++)
+            for (size_t li = 0; li < sizeof(lengths) / sizeof(lengths[0]); li++)
+                for (alias_t al = ALIAS_NONE; al < ALIAS_COUNT; al++)
+                    check_reduce_case(dt, op, lengths[li], al, (int)li % 2);
+    }
+    chorus__kernel_set_stream_threshold(0);
+}
+
+/* The baseline loops (SSE2 on x86-64), which an AVX2 CPU would otherwise never run: two
+ * and n sources, cached and streamed. */
+static void test_baseline_loops(void **state)
+{
+    (void)state;
+    chorus__kernel_force_baseline(1);
+    for (chorus_dtype_t dt = CHORUS_INT8; dt < CHORUS_NUM_DTYPES; dt++) {
+        check_reduce_dtype(dt);
+        check_multi_dtype(dt);
+    }
+    chorus__kernel_set_stream_threshold(1);
+    for (chorus_dtype_t dt = CHORUS_INT8; dt < CHORUS_NUM_DTYPES; dt++)
+        check_multi_dtype(dt);
+    chorus__kernel_set_stream_threshold(0);
+    chorus__kernel_force_baseline(0);
+}
+
+/* NaN order across sources: MIN and MAX return the first NaN met, left to right, with its
+ * payload (quieted for fp16 and bf16, which round through float after each step). */
+static void test_multi_nan(void **state)
+{
+    (void)state;
+    enum { N = 200, NSRC = 5 };
+    float f[NSRC][N], out[N];
+    uint16_t h[NSRC][N], hout[N];
+    const void *fs[NSRC], *hs[NSRC];
+    static const uint32_t fbits[NSRC] = {0x3f800000, 0x7fc00011, 0xbf800000, 0xffc00022,
+                                         0x7f800000};
+    static const uint16_t hbits[NSRC] = {0x3c00, 0x7c11, 0xbc00, 0xfe22, 0x7c00};
+
+    for (int s = 0; s < NSRC; s++) {
+        for (int i = 0; i < N; i++) {
+            memcpy(&f[s][i], &fbits[s], 4);
+            h[s][i] = hbits[s];
+        }
+        fs[s] = f[s];
+        hs[s] = h[s];
+    }
+    for (chorus_op_t op = CHORUS_MIN; op <= CHORUS_MAX; op++) {
+        uint32_t bits;
+        assert_int_equal(chorus_kernel_reduce_multi(out, fs, NSRC, N, CHORUS_FLOAT32, op),
+                         CHORUS_SUCCESS);
+        for (int i = 0; i < N; i++) {
+            memcpy(&bits, &out[i], 4);
+            assert_int_equal(bits, 0x7fc00011);
+        }
+        /* Sources 2.. only: the first NaN is now source 3's. */
+        assert_int_equal(chorus_kernel_reduce_multi(out, fs + 2, 3, N, CHORUS_FLOAT32, op),
+                         CHORUS_SUCCESS);
+        memcpy(&bits, &out[N - 1], 4);
+        assert_int_equal(bits, 0xffc00022);
+        /* fp16: the signalling NaN 0x7c11 comes out quiet, 0x7e11. */
+        assert_int_equal(chorus_kernel_reduce_multi(hout, hs, NSRC, N, CHORUS_FLOAT16, op),
+                         CHORUS_SUCCESS);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(hout[i], 0x7e11);
+    }
+    /* A sum that meets a NaN stays NaN; one that meets inf and -inf becomes NaN. */
+    fs[0] = f[0];
+    fs[1] = f[4];
+    fs[2] = f[2];
+    for (int i = 0; i < N; i++)
+        f[2][i] = -INFINITY;
+    assert_int_equal(chorus_kernel_reduce_multi(out, fs, 3, N, CHORUS_FLOAT32, CHORUS_SUM),
+                     CHORUS_SUCCESS);
+    assert_true(isnan(out[0]) && isnan(out[N - 1]));
+}
+
+/* fp16 rounds after every step: 2048 + 1 + 1 is 2048 chained (each +1 ties to even), not
+ * the 2050 that a float accumulator would give. */
+static void test_multi_half_steps(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    uint16_t a[N], one[N], out[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = 0x6800;
+        one[i] = 0x3c00;
+    }
+    const void *src[3] = {a, one, one};
+    assert_int_equal(chorus_kernel_reduce_multi(out, src, 3, N, CHORUS_FLOAT16, CHORUS_SUM),
+                     CHORUS_SUCCESS);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(out[i], 0x6800);
+    /* Integers wrap at every step too, which is the same as wrapping once. */
+    int8_t x[N], y[N], r[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = 100;
+        y[i] = 100;
+    }
+    const void *isrc[4] = {x, y, y, x};
+    assert_int_equal(chorus_kernel_reduce_multi(r, isrc, 4, N, CHORUS_INT8, CHORUS_SUM),
+                     CHORUS_SUCCESS);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(r[i], (int8_t)(uint8_t)400);
+}
+
+static void test_multi_invalid(void **state)
+{
+    (void)state;
+    float a[4] = {1, 2, 3, 4}, d[4] = {0};
+    const void *src[2] = {a, a}, *nul[2] = {a, NULL};
+    assert_int_equal(chorus_kernel_reduce_multi(d, src, 2, 4, CHORUS_FLOAT32, CHORUS_AVG),
+                     CHORUS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(chorus_kernel_reduce_multi(d, src, 2, 4, CHORUS_NUM_DTYPES, CHORUS_SUM),
+                     CHORUS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(chorus_kernel_reduce_multi(d, src, 0, 4, CHORUS_FLOAT32, CHORUS_SUM),
+                     CHORUS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(chorus_kernel_reduce_multi(d, NULL, 2, 4, CHORUS_FLOAT32, CHORUS_SUM),
+                     CHORUS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(chorus_kernel_reduce_multi(d, nul, 2, 4, CHORUS_FLOAT32, CHORUS_SUM),
+                     CHORUS_ERR_INVALID_ARGUMENT);
+    assert_true(d[0] == 0 && d[3] == 0);
+    assert_int_equal(chorus_kernel_reduce_multi(NULL, NULL, 3, 0, CHORUS_INT8, CHORUS_MAX),
+                     CHORUS_SUCCESS);
+}
+
 /* ---- Hand-picked reduce cases ---- */
 
 /* Reduces one pair (plus padding to exercise the vector path) and returns element 0. */
@@ -954,6 +1175,9 @@ int main(void)
         cmocka_unit_test(test_conversions_random), cmocka_unit_test(test_divide_integers),
         cmocka_unit_test(test_divide_random),      cmocka_unit_test(test_divide_floats),
         cmocka_unit_test(test_invalid_arguments),  cmocka_unit_test(test_copy),
+        cmocka_unit_test(test_multi_all_dtypes),   cmocka_unit_test(test_multi_streamed),
+        cmocka_unit_test(test_multi_nan),          cmocka_unit_test(test_multi_half_steps),
+        cmocka_unit_test(test_multi_invalid),      cmocka_unit_test(test_baseline_loops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
