@@ -67,21 +67,21 @@ int chorus__algo_supports(chorus_algo_t algo, chorus_coll_t coll)
     case CHORUS_ALGO_TREE:
         return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_BROADCAST ||
                coll == CHORUS_COLL_REDUCE;
-    case CHORUS_ALGO_RD:
-        return coll == CHORUS_COLL_ALLREDUCE;
+    case CHORUS_ALGO_RD: /* allgather: Bruck for non-powers of two (rd.c) */
+        return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_ALLGATHER;
     case CHORUS_ALGO_PAIRWISE:
         return coll == CHORUS_COLL_ALLTOALL;
     case CHORUS_ALGO_DISSEMINATION:
         return coll == CHORUS_COLL_BARRIER;
     /* Each new builder widens its line when it implements more (and its tests cover it). */
     case CHORUS_ALGO_RABENSEIFNER:
-        return 0;
+        return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_REDUCE_SCATTER;
     case CHORUS_ALGO_BRUCK:
-        return 0;
+        return coll == CHORUS_COLL_ALLGATHER;
     case CHORUS_ALGO_SWING:
-        return 0;
+        return coll == CHORUS_COLL_ALLREDUCE;
     case CHORUS_ALGO_HIER:
-        return 0;
+        return coll == CHORUS_COLL_ALLREDUCE;
     /* The arena is not a schedule builder; lib/arena says what it runs. */
     case CHORUS_ALGO_ARENA:
         return 0;

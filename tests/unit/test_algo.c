@@ -256,7 +256,8 @@ static trank_t *run_case(const tc_t *t)
     assert_non_null(ranks);
     assert_non_null(peers);
     for (r = 0; r < t->n; r++) {
-        chorus_coll_args_t a = {t->coll, r, t->n, t->count, t->root, t->chunk};
+        chorus_coll_args_t a = {.coll = t->coll, .rank = r, .nranks = t->n, .count = t->count,
+                                 .root = t->root, .chunk_count = t->chunk};
         trank_t *tr = &ranks[r];
         chorus_status_t st;
         void *bufs[CHORUS_NUM_BUFS];
@@ -475,6 +476,41 @@ MATRIX_TEST(test_tree_broadcast, CHORUS_ALGO_TREE, CHORUS_COLL_BROADCAST)
 MATRIX_TEST(test_tree_reduce, CHORUS_ALGO_TREE, CHORUS_COLL_REDUCE)
 MATRIX_TEST(test_rd_allreduce, CHORUS_ALGO_RD, CHORUS_COLL_ALLREDUCE)
 MATRIX_TEST(test_pairwise_alltoall, CHORUS_ALGO_PAIRWISE, CHORUS_COLL_ALLTOALL)
+MATRIX_TEST(test_rd_allgather, CHORUS_ALGO_RD, CHORUS_COLL_ALLGATHER)
+MATRIX_TEST(test_rabenseifner_allreduce, CHORUS_ALGO_RABENSEIFNER, CHORUS_COLL_ALLREDUCE)
+MATRIX_TEST(test_rabenseifner_reduce_scatter, CHORUS_ALGO_RABENSEIFNER,
+            CHORUS_COLL_REDUCE_SCATTER)
+MATRIX_TEST(test_bruck_allgather, CHORUS_ALGO_BRUCK, CHORUS_COLL_ALLGATHER)
+MATRIX_TEST(test_swing_allreduce, CHORUS_ALGO_SWING, CHORUS_COLL_ALLREDUCE)
+
+/* The halving algorithms derive peers and block positions from rank arithmetic (Swing's
+ * from its reach sets), which the matrix checks up to 64 ranks; a few larger sizes, powers
+ * of two and not, with each op, catch a pairing that only goes wrong further out. */
+static void test_halving_many_ranks(void **state)
+{
+    static const chorus_algo_t algos[] = {CHORUS_ALGO_RABENSEIFNER, CHORUS_ALGO_SWING};
+    static const int sizes[] = {100, 128, 256};
+    size_t a, si;
+
+    (void)state;
+    for (a = 0; a < 2; a++)
+        for (si = 0; si < 3; si++) {
+            tc_t t = {algos[a], CHORUS_COLL_ALLREDUCE, sizes[si], 1000, 0, 0, (int)si % 2,
+                      CHORUS_INT32, CHORUS_SUM, 0};
+
+            check_case(&t);
+            t.op = CHORUS_MAX;
+            t.pattern = 1;
+            t.count = 3 * (uint64_t)sizes[si] + 1;
+            check_case(&t);
+        }
+    {
+        tc_t t = {CHORUS_ALGO_RABENSEIFNER, CHORUS_COLL_REDUCE_SCATTER, 100, 3, 0, 0, 1,
+                  CHORUS_INT32, CHORUS_SUM, 0};
+
+        check_case(&t);
+    }
+}
 
 /* A barrier has no data: check that it completes on every size and that no rank can
  * finish before every rank has started (rank 0 alone must not get through). */
@@ -506,7 +542,7 @@ static void test_barrier_waits_for_all(void **state)
 
             assert_int_equal(chorus__vworld_create(n, &world), CHORUS_SUCCESS);
             for (r = 0; r < n; r++) {
-                chorus_coll_args_t a = {CHORUS_COLL_BARRIER, r, n, 0, 0, 0};
+                chorus_coll_args_t a = {.coll = CHORUS_COLL_BARRIER, .rank = r, .nranks = n};
                 void *bufs[CHORUS_NUM_BUFS] = {NULL, NULL, scratch};
 
                 chorus__sched_init(&s[r], r, n);
@@ -552,6 +588,9 @@ static void test_ops(void **state)
         {CHORUS_ALGO_RING, CHORUS_COLL_ALLREDUCE},  {CHORUS_ALGO_RING, CHORUS_COLL_REDUCE_SCATTER},
         {CHORUS_ALGO_RING, CHORUS_COLL_REDUCE},     {CHORUS_ALGO_TREE, CHORUS_COLL_ALLREDUCE},
         {CHORUS_ALGO_TREE, CHORUS_COLL_REDUCE},     {CHORUS_ALGO_RD, CHORUS_COLL_ALLREDUCE},
+        {CHORUS_ALGO_RABENSEIFNER, CHORUS_COLL_ALLREDUCE},
+        {CHORUS_ALGO_RABENSEIFNER, CHORUS_COLL_REDUCE_SCATTER},
+        {CHORUS_ALGO_SWING, CHORUS_COLL_ALLREDUCE},
     };
     static const int sizes[] = {2, 5, 8, 13};
     size_t p, si;
@@ -573,13 +612,14 @@ static void test_ops(void **state)
 /* Float allreduce: every rank must hold the very same bits, and they must be a sum. */
 static void test_float_bitwise(void **state)
 {
-    static const chorus_algo_t algos[] = {CHORUS_ALGO_RING, CHORUS_ALGO_TREE, CHORUS_ALGO_RD};
-    static const int sizes[] = {2, 3, 6, 7, 12, 13, 33};
+    static const chorus_algo_t algos[] = {CHORUS_ALGO_RING, CHORUS_ALGO_TREE, CHORUS_ALGO_RD,
+                                          CHORUS_ALGO_RABENSEIFNER, CHORUS_ALGO_SWING};
+    static const int sizes[] = {2, 3, 6, 7, 8, 12, 13, 16, 33};
     size_t a, si;
     int ip;
 
     (void)state;
-    for (a = 0; a < 3; a++)
+    for (a = 0; a < sizeof(algos) / sizeof(algos[0]); a++)
         for (si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
             for (ip = 0; ip < 2; ip++) {
                 tc_t t = {algos[a], CHORUS_COLL_ALLREDUCE, sizes[si], 1001, 0, 17, ip,
@@ -706,7 +746,7 @@ static void test_sched_dependencies(void **state)
 static void test_sched_scratch_and_errors(void **state)
 {
     chorus_sched_t s;
-    chorus_coll_args_t a = {CHORUS_COLL_ALLTOALL, 0, 4, 10, 0, 0};
+    chorus_coll_args_t a = {.coll = CHORUS_COLL_ALLTOALL, .nranks = 4, .count = 10};
 
     (void)state;
     chorus__sched_init(&s, 0, 4);
@@ -746,6 +786,10 @@ static void test_names(void **state)
     assert_true(chorus__algo_supports(CHORUS_ALGO_TREE, CHORUS_COLL_REDUCE));
     assert_false(chorus__algo_supports(CHORUS_ALGO_TREE, CHORUS_COLL_ALLGATHER));
     assert_false(chorus__algo_supports(CHORUS_ALGO_AUTO, CHORUS_COLL_ALLREDUCE));
+    assert_true(chorus__algo_supports(CHORUS_ALGO_RD, CHORUS_COLL_ALLGATHER));
+    assert_true(chorus__algo_supports(CHORUS_ALGO_RABENSEIFNER, CHORUS_COLL_REDUCE_SCATTER));
+    assert_false(chorus__algo_supports(CHORUS_ALGO_SWING, CHORUS_COLL_ALLGATHER));
+    assert_false(chorus__algo_supports(CHORUS_ALGO_BRUCK, CHORUS_COLL_ALLREDUCE));
 }
 
 int main(void)
@@ -764,6 +808,12 @@ int main(void)
         cmocka_unit_test(test_tree_reduce),
         cmocka_unit_test(test_rd_allreduce),
         cmocka_unit_test(test_pairwise_alltoall),
+        cmocka_unit_test(test_rd_allgather),
+        cmocka_unit_test(test_rabenseifner_allreduce),
+        cmocka_unit_test(test_rabenseifner_reduce_scatter),
+        cmocka_unit_test(test_bruck_allgather),
+        cmocka_unit_test(test_swing_allreduce),
+        cmocka_unit_test(test_halving_many_ranks),
         cmocka_unit_test(test_dissemination_barrier),
         cmocka_unit_test(test_barrier_waits_for_all),
         cmocka_unit_test(test_ops),
