@@ -3,8 +3,8 @@
 # a Linux bridge in a "switch" namespace of its own, so nothing touches the machine's own
 # network. Runs a command as R ranks on every host and tears everything down on exit.
 #
-#   tests/cluster/cluster.sh --hosts 4 [--ranks-per-host 2] [--rate 200mbit]
-#       [--rate-of 3=100mbit] [--burst 80kb] [--latency 100ms] [--timeout 120]
+#   tests/cluster/cluster.sh --hosts 4 [--ranks-per-host 2] [--placement block|cyclic]
+#       [--rate 200mbit] [--rate-of 3=100mbit] [--burst 80kb] [--latency 100ms] [--timeout 120]
 #       [--port 29500] [--subnet 10.213.0] [--prefix NAME] [--stats FILE] -- prog args...
 #   tests/cluster/cluster.sh --clean [--prefix NAME]
 #
@@ -12,7 +12,9 @@
 # and host name host<h> (a UTS namespace per rank); the switch is NAME-sw with bridge br0
 # and the peers vs<h>. --rate caps every link with tbf on both directions (the host's
 # egress on vh<h> and the switch's egress toward it on vs<h>); --rate-of h=RATE overrides
-# one host (repeatable). Rank r = h * R + l runs on host h with CHORUS_RANK, CHORUS_WORLD_SIZE,
+# one host (repeatable). With --placement block (the default) rank r = h * R + l runs on host
+# h as its local rank l; with --placement cyclic rank r = l * H + h does (host r % H), so the
+# ranks of a host are not contiguous. Each rank gets CHORUS_RANK, CHORUS_WORLD_SIZE,
 # CHORUS_LOCAL_RANK, CHORUS_LOCAL_SIZE, CHORUS_ROOT=<host 0>:<port>, a fresh CHORUS_SECRET and
 # CHORUS_SOCKET_IFNAME=vh<h>; every other variable is inherited. Output lines are prefixed
 # with "[host<h> r<r>]". --stats FILE writes, per host, the bytes and packets that crossed
@@ -29,6 +31,7 @@ set -u
 STATE_ROOT=/run/chorus-cluster
 HOSTS=""
 RPH=1
+PLACEMENT=block
 RATE=""
 RATE_OF=""
 BURST=""
@@ -50,12 +53,14 @@ is_uint() { case "$1" in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
-    --hosts | --ranks-per-host | --rate | --rate-of | --burst | --latency | --timeout | --port | \
-        --subnet | --prefix | --stats) [ $# -ge 2 ] || die "$1 needs a value" ;;
+    --hosts | --ranks-per-host | --placement | --rate | --rate-of | --burst | --latency | \
+        --timeout | --port | --subnet | --prefix | --stats)
+        [ $# -ge 2 ] || die "$1 needs a value" ;;
     esac
     case "$1" in
     --hosts) HOSTS=${2:-}; shift 2 ;;
     --ranks-per-host) RPH=${2:-}; shift 2 ;;
+    --placement) PLACEMENT=${2:-}; shift 2 ;;
     --rate) RATE=${2:-}; shift 2 ;;
     --rate-of) RATE_OF="$RATE_OF $(echo "${2:-}" | tr ',' ' ')"; shift 2 ;;
     --burst) BURST=${2:-}; shift 2 ;;
@@ -78,6 +83,7 @@ if [ "$CLEAN" -eq 0 ]; then
     [ $# -gt 0 ] || die "no command given (after --)"
     is_uint "$HOSTS" && [ "$HOSTS" -ge 1 ] && [ "$HOSTS" -le 16 ] || die "--hosts must be 1..16"
     is_uint "$RPH" && [ "$RPH" -ge 1 ] && [ "$RPH" -le 64 ] || die "--ranks-per-host must be 1..64"
+    case "$PLACEMENT" in block | cyclic) ;; *) die "--placement must be block or cyclic" ;; esac
     is_uint "$TIMEOUT" && [ "$TIMEOUT" -ge 1 ] || die "--timeout must be seconds"
     is_uint "$PORT" && [ "$PORT" -ge 1 ] && [ "$PORT" -le 65535 ] || die "bad --port"
     echo "$SUBNET" | grep -Eq '^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$' ||
@@ -239,8 +245,8 @@ unset CHORUS_UNIQUE_ID CHORUS_HOSTID CHORUS_SECRET_FILE RANK WORLD_SIZE LOCAL_RA
 links="unlimited"
 [ -n "$RATE" ] && links="$RATE"
 for ov in $RATE_OF; do links="$links, host ${ov%%=*} at ${ov#*=}"; done
-echo "cluster: $HOSTS hosts x $RPH ranks, namespaces $PREFIX-*, $SUBNET.0/24, links $links," \
-    "root $CHORUS_ROOT" >&2
+echo "cluster: $HOSTS hosts x $RPH ranks ($PLACEMENT), namespaces $PREFIX-*, $SUBNET.0/24," \
+    "links $links, root $CHORUS_ROOT" >&2
 
 # Byte and packet counters of every host's veth, and the tbf drops on both ends.
 counters() {
@@ -263,11 +269,14 @@ counters() {
 # ---- Run ----
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# The host and the local rank of rank $1.
+host_of() { if [ "$PLACEMENT" = cyclic ]; then echo $(($1 % HOSTS)); else echo $(($1 / RPH)); fi; }
+local_of() { if [ "$PLACEMENT" = cyclic ]; then echo $(($1 / HOSTS)); else echo $(($1 % RPH)); fi; }
 T0=$(now_ms)
 r=0
 while [ "$r" -lt "$NRANKS" ]; do
-    h=$((r / RPH))
-    l=$((r % RPH))
+    h=$(host_of "$r")
+    l=$(local_of "$r")
     (
         ip netns exec "$(hns "$h")" unshare --uts sh -c 'hostname "$1" && shift && exec "$@"' \
             sh "host$h" env CHORUS_RANK="$r" CHORUS_LOCAL_RANK="$l" \
@@ -292,7 +301,7 @@ while :; do
     done
     if [ -n "$failed" ]; then
         r=${failed%%:*}
-        echo "cluster: rank $r on host$((r / RPH)) exited with status ${failed#*:};" \
+        echo "cluster: rank $r on host$(host_of "$r") exited with status ${failed#*:};" \
             "stopping the others" >&2
         status=1
         break

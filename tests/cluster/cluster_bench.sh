@@ -1,8 +1,10 @@
 #!/bin/sh
-# Allreduce on emulated clusters of 2, 4 and 8 hosts (1 rank per host, links capped with
-# tbf), once per algorithm, and a table of bus bandwidth as a fraction of the link rate.
+# Allreduce on emulated clusters of 2, 4 and 8 hosts (1 rank per host by default, links
+# capped with tbf), once per algorithm, and a table of bus bandwidth as a fraction of the
+# link rate.
 #
-#   tests/cluster/cluster_bench.sh [--hosts "2 4 8"] [--algos "ring tree"] [--rate 200mbit]
+#   tests/cluster/cluster_bench.sh [--hosts "2 4 8"] [--algos "ring tree hier"]
+#       [--ranks-per-host 1] [--placement block|cyclic] [--rate 200mbit]
 #       [--sizes "1M 64M 4"] [--iters 1] [--warmup 1] [--check 0|1] [--burst 80kb]
 #       [--latency 100ms] [--logs DIR]          (make cluster-bench; BUILD=dir as make)
 #
@@ -14,10 +16,16 @@
 # then busbw * 8 / rate: 1.00 would be the link's whole bit rate carrying payload. TCP/IP
 # and Ethernet headers take 66 of every 1514 bytes on the wire (MTU 1500), so about 0.956
 # is the ceiling, less the ACKs that share each host's egress with its data.
+# With R > 1 ranks per host (--ranks-per-host) n is the number of hosts, not of ranks: every
+# allreduce must move at least 2 (n-1)/n of the vector over each host's link, whatever
+# happens inside the hosts, so 1.00 stays the link's rate for every algorithm and placement
+# (a flat ring over all ranks, placed by block, crosses each link 2 (nR-1)/(nR) times the
+# size and so tops out at (n-1)/n * nR/(nR-1) of it: 0.857 on 4 hosts x 2).
 # "scale" is busbw(n hosts) / busbw(first host count) at the largest size; "drops" the tbf
 # drops on all links; "cpu" how busy the whole machine's CPUs were during the run (other
 # work on the machine included). Ends with the acceptance line: ring allreduce at the
-# largest size reaching >= 0.90 of the link rate at every host count.
+# largest size reaching >= 0.90 of the link rate at every host count (with R > 1: the best
+# algorithm of each host count).
 # Why 200 Mbit/s: the whole cluster runs on this machine's cores, so the links must be
 # slow enough that the CPUs never are the bottleneck. At 8 hosts the ring moves 8 x 25 MB/s
 # through veths, the bridge and tbf; measured on a 2-core VM, the ranks and the kernel then
@@ -31,7 +39,9 @@ BUILD=${BUILD:-build}
 HERE=$(dirname "$0")
 BENCH="$BUILD/bin/chorus-bench"
 HOSTS_LIST="2 4 8"
-ALGOS="ring tree"
+ALGOS="ring tree hier"
+RPH=1
+PLACEMENT=block
 RATE=200mbit
 SIZES="1M 64M 4"
 ITERS=1
@@ -55,6 +65,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --hosts) HOSTS_LIST=$2 ;;
     --algos) ALGOS=$2 ;;
+    --ranks-per-host) RPH=$2 ;;
+    --placement) PLACEMENT=$2 ;;
     --rate) RATE=$2 ;;
     --sizes) SIZES=$2 ;;
     --iters) ITERS=$2 ;;
@@ -93,12 +105,15 @@ RESULTS="$LOGS/results"
 T_ALL=$(date +%s)
 for algo in $ALGOS; do
     for n in $HOSTS_LIST; do
-        log="$LOGS/$algo-$n.log"
+        tag="$algo-$n"
+        [ "$RPH" -gt 1 ] && tag="$algo-${n}x$RPH"
+        log="$LOGS/$tag.log"
         set -- $(cpu_ticks)
         c0_total=$1 c0_idle=$2
         t0=$(date +%s)
-        sh "$HERE/cluster.sh" --hosts "$n" --rate "$RATE" ${BURST:+--burst "$BURST"} \
-            ${LATENCY:+--latency "$LATENCY"} --timeout 600 --stats "$LOGS/$algo-$n.stats" -- \
+        sh "$HERE/cluster.sh" --hosts "$n" --ranks-per-host "$RPH" --placement "$PLACEMENT" \
+            --rate "$RATE" ${BURST:+--burst "$BURST"} ${LATENCY:+--latency "$LATENCY"} \
+            --timeout 600 --stats "$LOGS/$tag.stats" -- \
             env CHORUS_ALGO="$algo" "$BENCH" allreduce -b "$MINB" -e "$MAXB" -f "$FACTOR" \
             -n "$ITERS" -w "$WARMUP" -c "$CHECK" >"$log" 2>&1
         rc=$?
@@ -112,7 +127,7 @@ for algo in $ALGOS; do
             tail -n 20 "$log"
             exit 1
         fi
-        drops=$(awk '{ s += $7 } END { print s + 0 }' "$LOGS/$algo-$n.stats")
+        drops=$(awk '{ s += $7 } END { print s + 0 }' "$LOGS/$tag.stats")
         # Rank 0's data rows: size count type redop root time algbw busbw #wrong, twice.
         sed -n 's/^\[host0 r0\] *//p' "$log" | awk -v algo="$algo" -v n="$n" \
             -v rate="$RATE_BITS" -v drops="$drops" -v cpu="$cpu" -v secs="$secs" '
@@ -126,7 +141,8 @@ for algo in $ALGOS; do
     done
 done
 
-awk -v rate="$RATE" -v bits="$RATE_BITS" -v first="${HOSTS_LIST%% *}" -v maxb="$MAXB" '
+awk -v rate="$RATE" -v bits="$RATE_BITS" -v first="${HOSTS_LIST%% *}" -v maxb="$MAXB" \
+    -v rph="$RPH" -v placement="$PLACEMENT" '
     function human(b) {
         if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) "M"
         if (b >= 1024 && b % 1024 == 0) return (b / 1024) "K"
@@ -141,8 +157,9 @@ awk -v rate="$RATE" -v bits="$RATE_BITS" -v first="${HOSTS_LIST%% *}" -v maxb="$
         if ($3 > big) big = $3
     }
     END {
-        printf "\nallreduce, 1 rank per host, links %s (%.1f MB/s) each way; busbw / link rate\n",
-               rate, bits / 8e6
+        if (rph == 1) printf "\nallreduce, 1 rank per host"
+        else printf "\nallreduce, %d ranks per host (%s)", rph, placement
+        printf ", links %s (%.1f MB/s) each way; busbw / link rate\n", rate, bits / 8e6
         printf "%-5s %5s", "algo", "hosts"
         for (s = 1; s <= ns; s++) printf " %7s", human(sizes[s])
         printf " %9s %6s %5s %4s %5s\n", "MB/s@max", "scale", "drops", "cpu%", "secs"
@@ -154,14 +171,25 @@ awk -v rate="$RATE" -v bits="$RATE_BITS" -v first="${HOSTS_LIST%% *}" -v maxb="$
             printf " %9.2f %6.3f %5d %4d %5d%s\n", bus[keys[k], big] / 1e6,
                    (base > 0 ? bus[keys[k], big] / base : 0), drops[keys[k]], cpu[keys[k]],
                    secs[keys[k]], (wrong[keys[k]] ? "  WRONG RESULTS" : "")
-            if (a[1] == "ring") {
+            if (a[1] == "ring" && rph == 1) {
                 nring++
                 if (frac[keys[k], big] < 0.90) { miss = miss " " a[2] " hosts (" \
                     sprintf("%.3f", frac[keys[k], big]) ")" }
             }
+            if (!(a[2] in best) || frac[keys[k], big] > best[a[2]]) best[a[2]] = frac[keys[k], big]
         }
+        if (rph > 1)
+            for (k = 1; k <= nk; k++) {
+                split(keys[k], a, " ")
+                if (a[2] in done) continue
+                done[a[2]] = 1
+                nring++
+                if (best[a[2]] < 0.90)
+                    miss = miss " " a[2] " hosts (" sprintf("%.3f", best[a[2]]) ")"
+            }
         if (nring > 0)
-            printf "\ntarget (ring allreduce at %s >= 0.90 of the link rate): %s\n", human(big),
+            printf "\ntarget (%s allreduce at %s >= 0.90 of the link rate): %s\n",
+                   (rph == 1 ? "ring" : "the best"), human(big),
                    (miss == "" ? "met at every host count" : "MISSED at" miss)
         exit (miss != "")
     }' "$RESULTS"

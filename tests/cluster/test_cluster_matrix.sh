@@ -41,7 +41,7 @@ case_run() {
     echo "ok   $label ($(($(date +%s) - t0)) s): ${summary#*mp_coll_matrix: }"
 }
 
-for algo in auto ring tree rd; do
+for algo in auto ring tree rd hier; do
     case_run "4x2 free links, algo=$algo" -- "$PROG" --algo "$algo"
 done
 # Capped links, host 2 at a quarter of the others' rate. The large cases would take long
