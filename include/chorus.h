@@ -214,6 +214,17 @@ chorus_status_t chorus_group_end(void);
 chorus_status_t chorus_algorithm_name(chorus_comm_t comm, const char *collective, size_t count,
                                       chorus_dtype_t dtype, const char **name_p);
 
+/* The cost model's predicted time, in microseconds, of one call of `collective` (as in
+ * chorus_algorithm_name) of count elements of dtype on comm, run with `algorithm` ("ring",
+ * "rd", ...; NULL or "auto": the algorithm chorus_algorithm_name reports). Local: it
+ * communicates nothing, and every rank gets the same number. CHORUS_ERR_UNSUPPORTED when
+ * the algorithm does not implement the collective on this comm or the model is off
+ * (CHORUS_TUNE=0); CHORUS_ERR_INVALID_ARGUMENT as chorus_algorithm_name, and for an
+ * unknown algorithm name. A model, not a measurement: for tools and tuning. */
+chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collective,
+                                         const char *algorithm, size_t count,
+                                         chorus_dtype_t dtype, double *us_p);
+
 #ifdef __cplusplus
 }
 #endif

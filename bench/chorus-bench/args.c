@@ -34,7 +34,16 @@ static const char *const dtype_aliases[][2] = {
     {"fp32", "float32"}, {"double", "float64"}, {"int", "int32"},     {"char", "int8"},
 };
 
-static const char *const algo_choices[] = {"auto", "ring", "tree", "rd"};
+/* Every algorithm name the library knows; "all" runs each that implements the collective.
+ * Kept in the order of the library's enum so that --algo all lists them the same way. */
+const char *const bench_algo_names[BENCH_NALGOS] = {"auto",          "ring",  "tree",
+                                                    "rd",            "pairwise",
+                                                    "dissemination", "rabenseifner",
+                                                    "bruck",         "swing",
+                                                    "hier",          "arena"};
+static const char *const algo_choices[] = {"auto",  "ring",         "tree",  "rd",
+                                           "pairwise", "dissemination", "rabenseifner", "bruck",
+                                           "swing", "hier",         "arena", "all"};
 static const char *const transport_choices[] = {"auto", "shm", "tcp"};
 
 const char *bench_coll_name(coll_t coll)
@@ -69,7 +78,10 @@ void bench_usage(FILE *out)
         "  -z, --blocking 0|1       accepted for nccl-tests scripts; Chorus host collectives\n"
         "                           always block, so both values time the same thing\n"
         "Chorus options:\n"
-        "      --algo ALGO          ring, tree, rd or auto: sets CHORUS_ALGO before init\n"
+        "      --algo ALGO          auto, ring, tree, rd, rabenseifner, swing, bruck, hier,\n"
+        "                           arena, pairwise, dissemination: sets CHORUS_ALGO before\n"
+        "                           init; all: each algorithm that implements the collective\n"
+        "                           in turn (auto first), with the model's predicted time\n"
         "      --transport TP       auto, shm or tcp: sets CHORUS_TRANSPORT before init\n"
         "      --time-per-size SEC  without -n, choose the iterations so that the timed calls\n"
         "                           of a size take about SEC seconds, within [%d, %d]\n"
@@ -245,7 +257,11 @@ static int apply_option(int c, const char *arg, options_t *opt, int *factor_p)
         return 0;
     case 'd': return parse_dtype(arg, opt);
     case 'o': return parse_op(arg, opt);
-    case OPT_ALGO: return parse_choice(arg, algo_choices, 4, &opt->algo);
+    case OPT_ALGO:
+        if (parse_choice(arg, algo_choices, BENCH_NALGOS + 1, &opt->algo) != 0) return -1;
+        opt->algo_all = strcmp(opt->algo, "all") == 0;
+        if (opt->algo_all) opt->algo = NULL;
+        return 0;
     case OPT_TRANSPORT: return parse_choice(arg, transport_choices, 3, &opt->transport);
     case OPT_TIME_PER_SIZE: return parse_seconds(arg, &opt->time_per_size);
     case OPT_LAT_MAX: return bench_parse_size(arg, &opt->lat_max);

@@ -40,6 +40,8 @@ typedef enum { AVG_RANK0 = 0, AVG_MEAN = 1, AVG_MIN = 2, AVG_MAX = 3 } avg_mode_
 #define BENCH_ITERS_MAX 1000
 /* Room for an algorithm name in a row ("dissemination" and whatever comes later). */
 #define BENCH_ALGO_NAME_BYTES 32
+/* The algorithm names of --algo (auto and the library's), in bench_algo_names. */
+#define BENCH_NALGOS 11
 
 typedef struct {
     int all_colls;
@@ -55,6 +57,7 @@ typedef struct {
     double time_per_size; /* seconds of timed calls per size, both placements together */
     size_t lat_max;
     const char *algo;      /* NULL: leave CHORUS_ALGO as it is */
+    int algo_all;          /* --algo all: one pass per algorithm, on a split communicator */
     const char *transport; /* NULL: leave CHORUS_TRANSPORT as it is */
     const char *json_path, *csv_path, *plot_prefix;
 } options_t;
@@ -97,6 +100,9 @@ typedef struct {
      * (chorus_algorithm_name), or "p2p" for sendrecv. A copy, because sweep reads rows
      * back from files. */
     char algo[BENCH_ALGO_NAME_BYTES];
+    /* The cost model's time for this call (chorus_algorithm_predict), -1 when it has none. */
+    double predicted_us;
+    int pass; /* --algo all: index in bench_algo_names of the pass (0: auto); not saved */
 } row_t;
 
 /* What a run was, for the JSON and CSV files. Strings are owned by the struct. */
@@ -127,7 +133,9 @@ typedef struct {
 
 typedef struct {
     options_t opt;
-    chorus_comm_t comm;
+    chorus_comm_t comm;  /* the one the calls run on */
+    chorus_comm_t world; /* the launcher's; with --algo all, comm is split from it */
+    const char *pass_algo; /* --algo all: the algorithm of this pass ("auto" first) */
     int rank, nranks;
     void *sendbuf, *recvbuf;
     double *times; /* one per rank, for the spread across ranks */
@@ -135,6 +143,7 @@ typedef struct {
 } bench_t;
 
 /* ---- args.c ---- */
+extern const char *const bench_algo_names[BENCH_NALGOS];
 const char *bench_coll_name(coll_t coll);
 int bench_parse_coll(const char *text, coll_t *coll_p);
 int bench_parse_size(const char *text, size_t *bytes_p);
@@ -166,6 +175,9 @@ size_t bench_count_wrong(const test_t *t, const counts_t *c, const void *recv);
 void bench_run(bench_t *b);
 /* Ends the benchmark on this rank after a failed call; chorusrun then stops the others. */
 void bench_fail(bench_t *b, chorus_status_t status, const char *what, size_t bytes);
+/* --algo all, on rank 0 after every pass: per size, the tuner's pick against the fastest
+ * forced algorithm. */
+void bench_print_picks(const bench_t *b);
 
 /* ---- results (report_json.c) ---- */
 /* Appends a row; returns -1 when out of memory. */

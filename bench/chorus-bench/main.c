@@ -159,6 +159,31 @@ static int write_reports(const bench_t *b)
     return rc;
 }
 
+/* --algo all: one pass per algorithm name, each on a communicator split from the world
+ * after CHORUS_ALGO is set, because the library reads it when a communicator is created.
+ * The auto pass comes first; a forced pass times the sizes where its algorithm runs. */
+static void run_all_algos(bench_t *b)
+{
+    chorus_status_t status;
+
+    snprintf(b->res.meta.algo_requested, sizeof(b->res.meta.algo_requested), "all");
+    for (int a = 0; a < BENCH_NALGOS; a++) {
+        setenv("CHORUS_ALGO", bench_algo_names[a], 1);
+        chorus__config_reload();
+        status = chorus_comm_split(b->world, 0, b->rank, &b->comm);
+        if (status != CHORUS_SUCCESS) {
+            b->comm = b->world;
+            bench_fail(b, status, "chorus_comm_split for --algo all", 0);
+        }
+        b->pass_algo = bench_algo_names[a];
+        bench_run(b);
+        chorus_comm_destroy(b->comm);
+        b->comm = b->world;
+    }
+    b->pass_algo = NULL;
+    bench_print_picks(b);
+}
+
 /* The path of this executable, so that sweep can start it under the launcher. */
 static void self_path(const char *argv0, char *out, size_t size)
 {
@@ -171,12 +196,16 @@ static void self_path(const char *argv0, char *out, size_t size)
     snprintf(out, size, "%s", argv0);
 }
 
+/* `chorus-bench kernels`: the local kernels against memcpy (kernels.c). */
+int bench_kernels_main(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
     bench_t b;
     chorus_status_t status;
     int rc;
 
+    if (argc > 1 && strcmp(argv[1], "kernels") == 0) return bench_kernels_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "sweep") == 0) {
         char self[PATH_MAX];
         self_path(argv[0], self, sizeof(self));
@@ -213,8 +242,13 @@ int main(int argc, char **argv)
     b.recvbuf = alloc_buffer(&b, b.opt.max_bytes + 64);
     b.times = calloc((size_t)b.nranks, sizeof(double));
     if (b.times == NULL) bench_fail(&b, CHORUS_ERR_NO_MEMORY, "allocation", 0);
+    b.world = b.comm;
     print_header(&b);
-    bench_run(&b);
+    if (b.opt.algo_all) {
+        run_all_algos(&b);
+    } else {
+        bench_run(&b);
+    }
     rc = b.res.wrong_total == 0 ? 0 : 1;
     if (b.rank == 0) {
         printf("#\n# Out of bounds values : %llu %s\n", (unsigned long long)b.res.wrong_total,

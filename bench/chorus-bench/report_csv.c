@@ -31,8 +31,11 @@ static void write_row(FILE *out, const meta_t *m, const row_t *w)
     if (w->has_root) fprintf(out, "%d", w->root);
     fprintf(out, ",%d,%.3f,%.9g,%.9g,", w->in_place, w->time_us, w->algbw, w->busbw);
     if (w->wrong >= 0) fprintf(out, "%lld", (long long)w->wrong);
-    fprintf(out, ",%.3f,%.3f,%.3f,%d,%d,%s,%s,%s\n", w->lat_avg_us, w->lat_min_us,
+    fprintf(out, ",%.3f,%.3f,%.3f,%d,%d,%s,%s,%s,", w->lat_avg_us, w->lat_min_us,
             w->lat_max_us, w->iters, m->ranks, m->transport, m->algo_requested, w->algo);
+    /* Last, so that readers that count columns keep working; empty without a model. */
+    if (w->predicted_us >= 0.0) fprintf(out, "%.3f", w->predicted_us);
+    fprintf(out, "\n");
 }
 
 int bench_write_csv(FILE *out, const results_t *r, int with_header)
@@ -41,7 +44,7 @@ int bench_write_csv(FILE *out, const results_t *r, int with_header)
     if (with_header)
         fprintf(out, "collective,size,count,dtype,op,root,in_place,time_us,algbw,busbw,wrong,"
                      "lat_avg_us,lat_min_us,lat_max_us,iters,ranks,transport,algo_requested,"
-                     "algo\n");
+                     "algo,predicted_us\n");
     for (size_t i = 0; i < r->nrows; i++)
         write_row(out, &r->meta, &r->rows[i]);
     return ferror(out) ? -1 : 0;

@@ -90,6 +90,8 @@ static json_t *row_json(const row_t *w)
     bad |= set(o, "lat_min_us", json_real(w->lat_min_us));
     bad |= set(o, "lat_max_us", json_real(w->lat_max_us));
     bad |= set(o, "iters", json_integer(w->iters));
+    /* Optional: only where the cost model had an answer. */
+    if (w->predicted_us >= 0.0) bad |= set(o, "predicted_us", json_real(w->predicted_us));
     if (bad) {
         json_decref(o);
         return NULL;
@@ -185,6 +187,8 @@ static int read_row(const json_t *o, row_t *w)
     w->lat_min_us = num(o, "lat_min_us");
     w->lat_max_us = num(o, "lat_max_us");
     w->iters = (int)num(o, "iters");
+    v = json_object_get(o, "predicted_us");
+    w->predicted_us = json_is_number(v) ? json_number_value(v) : -1.0;
     return 0;
 }
 

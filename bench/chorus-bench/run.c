@@ -79,6 +79,26 @@ static void chosen_algo(bench_t *b, const test_t *t, const counts_t *c, char *ou
     snprintf(out, size, "%s", name);
 }
 
+/* The model's time for this call on the comm's choice, -1 when there is none. */
+static double predicted(const bench_t *b, const test_t *t, const counts_t *c)
+{
+    double us = -1.0;
+
+    if (t->coll == COLL_SENDRECV ||
+        chorus_algorithm_predict(b->comm, bench_coll_name(t->coll), NULL, c->param_count,
+                                 t->dtype, &us) != CHORUS_SUCCESS)
+        return -1.0;
+    return us;
+}
+
+/* Index of name in bench_algo_names, 0 if absent. */
+static int algo_index(const char *name)
+{
+    for (int i = 0; i < BENCH_NALGOS; i++)
+        if (name != NULL && strcmp(bench_algo_names[i], name) == 0) return i;
+    return 0;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -203,7 +223,9 @@ static void bench_time(bench_t *b, const test_t *t, const counts_t *c, int in_pl
                  .size = shown,
                  .count = c->param_count,
                  .wrong = -1,
-                 .iters = iters};
+                 .iters = iters,
+                 .predicted_us = predicted(b, t, c),
+                 .pass = algo_index(b->pass_algo)};
 
     chosen_algo(b, t, c, row.algo, sizeof(row.algo));
     status = chorus_barrier(b->comm);
@@ -257,12 +279,14 @@ static void warm_up(bench_t *b, const test_t *t)
 static void print_columns(const bench_t *b, coll_t coll)
 {
     if (b->rank != 0) return;
-    printf("#\n# %s: the time column is %s (-a %d)\n", bench_coll_name(coll),
-           avg_mode_names[b->opt.avg_mode], (int)b->opt.avg_mode);
+    printf("#\n# %s: the time column is %s (-a %d)%s%s\n", bench_coll_name(coll),
+           avg_mode_names[b->opt.avg_mode], (int)b->opt.avg_mode,
+           b->pass_algo != NULL ? "; --algo all pass: " : "",
+           b->pass_algo != NULL ? b->pass_algo : "");
     printf("#%72s%28s\n", "out-of-place", "in-place");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %5s\n", "size",
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %5s%s\n", "size",
            "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-           "busbw", "#wrong", "iters");
+           "busbw", "#wrong", "iters", b->pass_algo != NULL ? "  algo          pred(us)" : "");
     printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "(B)",
            "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
            "");
@@ -307,7 +331,20 @@ static void time_sizes(bench_t *b, const test_t *t)
     for (size_t size = b->opt.min_bytes; size <= b->opt.max_bytes;) {
         counts_t c = bench_counts(t->coll, size / es, t->nranks);
         uint64_t shown = (c.send_count > c.recv_count ? c.send_count : c.recv_count) * es;
-        int iters = choose_iters(b, t, &c, shown);
+        size_t next = b->opt.factor > 1 ? size * b->opt.factor : size + b->opt.step_bytes;
+        char algo[BENCH_ALGO_NAME_BYTES];
+        int iters;
+
+        /* A forced pass of --algo all times only what its algorithm runs: where the library
+         * falls back to another, that one has its own pass. Every rank sees the same. */
+        chosen_algo(b, t, &c, algo, sizeof(algo));
+        if (b->pass_algo != NULL && strcmp(b->pass_algo, "auto") != 0 &&
+            strcmp(b->pass_algo, algo) != 0) {
+            if (t->coll == COLL_BARRIER || next <= size) break;
+            size = next;
+            continue;
+        }
+        iters = choose_iters(b, t, &c, shown);
         if (b->rank == 0)
             printf("%12llu  %12zu  %8s  %6s  %6d", (unsigned long long)shown, c.param_count,
                    t->coll == COLL_BARRIER ? "none" : chorus_dtype_name(t->dtype), op_name,
@@ -318,12 +355,14 @@ static void time_sizes(bench_t *b, const test_t *t)
         else if (b->rank == 0)
             printf("  %7s  %6s  %6s  %5s", "-", "-", "-", "-");
         if (b->rank == 0) {
-            printf("  %5d\n", iters);
+            printf("  %5d", iters);
+            if (b->pass_algo != NULL)
+                printf("  %-13s %9.1f", algo, b->res.rows[b->res.nrows - 1].predicted_us);
+            printf("\n");
             fflush(stdout);
         }
         /* A barrier has no size: one line is the whole measurement. */
         if (t->coll == COLL_BARRIER) break;
-        size_t next = b->opt.factor > 1 ? size * b->opt.factor : size + b->opt.step_bytes;
         if (next <= size) break;
         size = next;
     }
@@ -356,4 +395,44 @@ void bench_run(bench_t *b)
     }
     for (int c = 0; c < COLL_COUNT; c++)
         run_coll_tests(b, (coll_t)c);
+}
+
+/* Nonzero if two rows time the same call (collective, type, op, placement, size). */
+static int same_call(const row_t *x, const row_t *y)
+{
+    return x->coll == y->coll && x->dtype == y->dtype && x->op == y->op &&
+           x->in_place == y->in_place && x->size == y->size;
+}
+
+void bench_print_picks(const bench_t *b)
+{
+    const results_t *r = &b->res;
+    int header = 0, misses = 0;
+
+    if (b->rank != 0) return;
+    for (size_t i = 0; i < r->nrows; i++) {
+        const row_t *pick = &r->rows[i], *best = NULL;
+        if (pick->pass != 0 || pick->in_place) continue;
+        for (size_t j = 0; j < r->nrows; j++) {
+            const row_t *f = &r->rows[j];
+            if (f->pass != 0 && same_call(f, pick) && (best == NULL || f->time_us < best->time_us))
+                best = f;
+        }
+        if (best == NULL) continue;
+        if (!header) {
+            printf("#\n# --algo all: the tuner's pick (auto) against the fastest forced "
+                   "algorithm, out of place\n");
+            printf("# %10s  %14s  %-13s %9s %9s  %-13s %9s  %6s\n", "size (B)", "collective",
+                   "pick", "time(us)", "pred(us)", "best forced", "time(us)", "ratio");
+            header = 1;
+        }
+        double ratio = best->time_us > 0.0 ? pick->time_us / best->time_us : 1.0;
+        misses += ratio > 1.10;
+        printf("  %10llu  %14s  %-13s %9.1f %9.1f  %-13s %9.1f  %6.3f%s\n",
+               (unsigned long long)pick->size, bench_coll_name(pick->coll), pick->algo,
+               pick->time_us, pick->predicted_us, best->algo, best->time_us, ratio,
+               ratio > 1.10 ? "  > 1.10" : "");
+    }
+    if (header) printf("# sizes where the pick is more than 10%% slower: %d\n", misses);
+    fflush(stdout);
 }

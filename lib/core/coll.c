@@ -178,11 +178,12 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
     args.nranks = comm->nranks;
     args.count = call->count;
     args.root = call->root;
-    args.chunk_count = chorus__select_chunk_count(comm, esize);
     args.host_of = comm->host_of;
     args.nhosts = comm->nhosts;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
     if (algo == CHORUS_ALGO_ARENA) return coll_run_arena(comm, call, op);
+    args.chunk_count = chorus__select_chunk_count(comm, call->coll, algo,
+                                                  (uint64_t)call->count * esize, esize);
 
     status = coll_sched_get(comm, algo, &args, &sched);
     if (status == CHORUS_SUCCESS) status = coll_bind(comm, call, sched, esize, bufs);

@@ -52,6 +52,7 @@ struct chorus_comm {
     chorus_wait_policy_t wait; /* CHORUS_SPIN_US / CHORUS_YIELD_US, adapted to the host */
     chorus_algo_t forced_algo; /* CHORUS_ALGO, read once at creation (AUTO: none) */
     uint64_t chunk_bytes;      /* CHORUS_CHUNK_SIZE, read once at creation */
+    int chunk_forced;          /* CHORUS_CHUNK_SIZE was set: the tuner does not choose it */
     chorus_bootstrap_t *bs;
 
     /* Topology: host index of every rank (numbered by first appearance), and this host's
@@ -147,8 +148,10 @@ void chorus__select_init(chorus_comm_t comm);
 /* The algorithm for coll at this message size (bytes of one rank's vector). */
 chorus_algo_t chorus__select_algo(chorus_comm_t comm, chorus_coll_t coll, uint64_t bytes);
 
-/* The pipeline chunk, in elements, from CHORUS_CHUNK_SIZE. */
-uint64_t chorus__select_chunk_count(chorus_comm_t comm, size_t elem_size);
+/* The pipeline chunk, in elements, for algo at this size: CHORUS_CHUNK_SIZE when set, else
+ * the tuner's choice when algo is its pick, else the default. */
+uint64_t chorus__select_chunk_count(chorus_comm_t comm, chorus_coll_t coll, chorus_algo_t algo,
+                                    uint64_t bytes, size_t elem_size);
 
 /* ---- coll.c ---- */
 

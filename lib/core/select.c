@@ -1,14 +1,18 @@
 /*
- * Algorithm and chunk choice. Until lib/tune's cost model exists this is a size
- * threshold: latency-bound messages take the algorithm with the fewest rounds (recursive
- * doubling, trees), bandwidth-bound ones the ring, which moves the fewest bytes per rank.
- * CHORUS_ALGO forces one algorithm where it applies. Both settings are read when a
- * communicator is created. chorus_algorithm_name() reports the same choice to tools, so
- * that a benchmark row can say which algorithm it measured.
+ * Algorithm and chunk choice. lib/tune's cost model predicts the time of every algorithm
+ * that implements the collective and the fastest wins; the decision is cached per
+ * (collective, size class) in the tuner, so only the first call of a class pays for the
+ * model. Without a tuner (CHORUS_TUNE=0) it is a size threshold: latency-bound messages
+ * take the algorithm with the fewest rounds (recursive doubling, trees), bandwidth-bound
+ * ones the ring. CHORUS_ALGO forces one algorithm where it applies. The settings are read
+ * when a communicator is created. chorus_algorithm_name() reports the same choice to tools,
+ * so that a benchmark row can say which algorithm it measured, and
+ * chorus_algorithm_predict() the model's time.
  */
 #include "core/comm.h"
 
 #include "arena/arena.h"
+#include "tune/tune.h"
 
 #include "util/config.h"
 #include "util/log.h"
@@ -24,7 +28,11 @@
 
 static chorus_algo_t select_default(chorus_comm_t comm, chorus_coll_t coll, uint64_t bytes)
 {
-    (void)comm;
+    /* The pipeline chunk is the one the call will run with (CHORUS_CHUNK_SIZE), so that the
+     * model costs the schedule the engine will run. */
+    if (comm->tune != NULL)
+        return chorus__tune_choose(comm->tune, coll, bytes,
+                                   comm->chunk_forced ? comm->chunk_bytes : 0).algo;
     switch (coll) {
     case CHORUS_COLL_ALLREDUCE:
         return bytes <= SELECT_SMALL_BYTES ? CHORUS_ALGO_RD : CHORUS_ALGO_RING;
@@ -47,6 +55,7 @@ void chorus__select_init(chorus_comm_t comm)
         algo = CHORUS_ALGO_AUTO;
     }
     comm->forced_algo = (chorus_algo_t)algo;
+    comm->chunk_forced = chorus__config_is_set("CHORUS_CHUNK_SIZE");
     comm->chunk_bytes = chorus__config_size("CHORUS_CHUNK_SIZE", SELECT_DEFAULT_CHUNK_BYTES);
     if (comm->chunk_bytes == 0) comm->chunk_bytes = SELECT_DEFAULT_CHUNK_BYTES;
 }
@@ -95,9 +104,18 @@ chorus_algo_t chorus__select_algo(chorus_comm_t comm, chorus_coll_t coll, uint64
     return algo;
 }
 
-uint64_t chorus__select_chunk_count(chorus_comm_t comm, size_t elem_size)
+uint64_t chorus__select_chunk_count(chorus_comm_t comm, chorus_coll_t coll, chorus_algo_t algo,
+                                    uint64_t bytes, size_t elem_size)
 {
-    uint64_t count = comm->chunk_bytes / (elem_size ? elem_size : 1);
+    uint64_t chunk = comm->chunk_bytes, count;
+
+    /* The model chose the chunk together with the algorithm; a forced algorithm other than
+     * its choice, or a forced chunk, keeps CHORUS_CHUNK_SIZE (or its default). */
+    if (comm->tune != NULL && !comm->chunk_forced) {
+        chorus_tune_choice_t choice = chorus__tune_choose(comm->tune, coll, bytes, 0);
+        if (choice.algo == algo && choice.chunk_bytes > 0) chunk = choice.chunk_bytes;
+    }
+    count = chunk / (elem_size ? elem_size : 1);
     return count ? count : 1;
 }
 
@@ -112,11 +130,11 @@ static int select_parse_coll(const char *name)
     return -1;
 }
 
-chorus_status_t chorus_algorithm_name(chorus_comm_t comm, const char *collective, size_t count,
-                                      chorus_dtype_t dtype, const char **name_p)
+/* The checks and the byte count shared by the introspection calls. */
+static chorus_status_t select_query_args(chorus_comm_t comm, const char *fn, const char *collective,
+                                         size_t count, chorus_dtype_t dtype, const void *out_p,
+                                         const char *out_name, int *coll_p, uint64_t *bytes_p)
 {
-    static const char fn[] = "chorus_algorithm_name";
-    uint64_t bytes;
     size_t esize;
     int coll;
 
@@ -127,9 +145,9 @@ chorus_status_t chorus_algorithm_name(chorus_comm_t comm, const char *collective
     if (collective == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: collective is NULL",
                              comm->rank, fn);
-    if (name_p == NULL)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: name_p is NULL",
-                             comm->rank, fn);
+    if (out_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: %s is NULL", comm->rank,
+                             fn, out_name);
     coll = select_parse_coll(collective);
     if (coll < 0)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
@@ -141,9 +159,55 @@ chorus_status_t chorus_algorithm_name(chorus_comm_t comm, const char *collective
     /* The same byte count the collective passes to the selector; a count no call would
      * accept saturates instead of wrapping into a small message. */
     if (coll == CHORUS_COLL_BARRIER)
-        bytes = 0;
+        *bytes_p = 0;
     else
-        bytes = (uint64_t)count > UINT64_MAX / esize ? UINT64_MAX : (uint64_t)count * esize;
+        *bytes_p = (uint64_t)count > UINT64_MAX / esize ? UINT64_MAX : (uint64_t)count * esize;
+    *coll_p = coll;
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_algorithm_name(chorus_comm_t comm, const char *collective, size_t count,
+                                      chorus_dtype_t dtype, const char **name_p)
+{
+    chorus_status_t status;
+    uint64_t bytes;
+    int coll;
+
+    status = select_query_args(comm, "chorus_algorithm_name", collective, count, dtype, name_p,
+                               "name_p", &coll, &bytes);
+    if (status != CHORUS_SUCCESS) return status;
     *name_p = chorus__algo_name(select_choose(comm, (chorus_coll_t)coll, bytes));
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collective,
+                                         const char *algorithm, size_t count,
+                                         chorus_dtype_t dtype, double *us_p)
+{
+    static const char fn[] = "chorus_algorithm_predict";
+    chorus_status_t status;
+    uint64_t bytes;
+    int coll, algo;
+    double us;
+
+    status = select_query_args(comm, fn, collective, count, dtype, us_p, "us_p", &coll, &bytes);
+    if (status != CHORUS_SUCCESS) return status;
+    algo = algorithm != NULL ? chorus__algo_parse(algorithm) : CHORUS_ALGO_AUTO;
+    if (algo < 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown algorithm "
+                             "\"%.64s\"", comm->rank, fn, algorithm);
+    if (algo == CHORUS_ALGO_AUTO) algo = select_choose(comm, (chorus_coll_t)coll, bytes);
+    if (comm->tune == NULL)
+        return chorus__error(CHORUS_ERR_UNSUPPORTED, "rank %d: %s: the cost model is off "
+                             "(CHORUS_TUNE=0)", comm->rank, fn);
+    if (coll == CHORUS_COLL_BARRIER) count = 0;
+    status = chorus__tune_predict(comm->tune, (chorus_coll_t)coll, (chorus_algo_t)algo, count,
+                                  dtype, comm->chunk_bytes, &us);
+    if (status == CHORUS_ERR_UNSUPPORTED)
+        return chorus__error(status, "rank %d: %s: %s does not implement %s here", comm->rank,
+                             fn, chorus__algo_name((chorus_algo_t)algo), collective);
+    if (status != CHORUS_SUCCESS)
+        return chorus__error_context(status, "rank %d: %s", comm->rank, fn);
+    *us_p = us;
     return CHORUS_SUCCESS;
 }

@@ -1,18 +1,132 @@
 /*
  * The tuner: an alpha-beta-gamma cost model of this communicator's transports and CPU,
  * and the choice of algorithm and chunk size it predicts fastest.
+ *
+ * The model: a message between two ranks costs alpha (latency) plus bytes times the time
+ * the sender's CPU spends on it, the time the receiver's CPU spends on it and the time on
+ * the wire (shm: two copies through the ring; tcp: the kernel's copies and the link). A
+ * reduce or copy costs bytes times gamma. Every CPU term is stretched by the host's
+ * oversubscription (local ranks per core, at least 1), and a receive that has to wait on
+ * an oversubscribed host pays a context switch, because the waiting rank yields its core.
+ * The time of a collective is found by running the schedules of all ranks against each
+ * other in a small discrete-event simulation (tune_sim.c); the arena, which is not a
+ * schedule, is modelled from its structure.
+ *
+ * Parameters come from the calibration file (CHORUS_TUNE_FILE, default
+ * $XDG_CACHE_HOME/chorus/tune-<hostid>.conf or ~/.cache/chorus/...), else from a quick
+ * measurement of the copy and reduce rates at creation (about a millisecond), else from
+ * built-in defaults measured on the development machine.
  */
 #ifndef CHORUS_TUNE_TUNE_H
 #define CHORUS_TUNE_TUNE_H
 
 #include "chorus.h"
+#include "algo/algo.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 typedef struct chorus_tune chorus_tune_t;
 struct chorus_comm;
 
-/* Called once by chorus_comm_init after the transports (and the arena) are up; collective
- * over the comm only if the implementation says so in its contract. */
+/* Transport kinds of the model (the values of chorus_peer_kind_t). */
+enum { CHORUS_TUNE_SELF = 0, CHORUS_TUNE_SHM = 1, CHORUS_TUNE_TCP = 2, CHORUS_TUNE_NKINDS = 3 };
+
+typedef struct {
+    double alpha_us[CHORUS_TUNE_NKINDS]; /* per message, send start to data available */
+    double send_ns[CHORUS_TUNE_NKINDS];  /* sender CPU per byte */
+    double recv_ns[CHORUS_TUNE_NKINDS];  /* receiver CPU per byte */
+    double wire_ns[CHORUS_TUNE_NKINDS];  /* link time per byte (serialised per direction) */
+    double copy_ns;   /* memcpy per byte */
+    double reduce_ns; /* float32 sum per byte of one input (other dtypes scaled) */
+    double step_us;   /* engine overhead per step */
+    double switch_us; /* a wait on an oversubscribed host: the context switch */
+    double sync_us;   /* one arena synchronisation, host not oversubscribed */
+    double llc_mb;    /* last-level cache: per-byte costs above are at cache speed... */
+    double dram_factor; /* ...and this many times slower once the working set is 4x it */
+    int cores;        /* 0: ask the system */
+    /* Per-algorithm correction factors fitted from measurements (1: none), applied to the
+     * whole prediction; [0] of each row is unused. Row 0: shm/self comms, row 1: tcp. */
+    double corr[2][CHORUS_NUM_ALGOS];
+} chorus_tune_params_t;
+
+/* The communicator as the model sees it. */
+typedef struct {
+    int rank;
+    int nranks;
+    int nhosts;
+    const int *host_of; /* NULL: one host */
+    int local_kind;     /* what same-host peers use: CHORUS_TUNE_SHM or CHORUS_TUNE_TCP */
+    int nlocal;         /* ranks on this host */
+    int cores;          /* cores available to this host's ranks */
+    int has_arena;      /* the arena runs allreduce */
+    size_t arena_flat_max;
+    size_t arena_chunk_bytes;
+} chorus_tune_topo_t;
+
+/* Built-in defaults, measured on the development machine (2 cores). */
+void chorus__tune_params_default(chorus_tune_params_t *p);
+
+/* Parses "key = value" lines (# comments, blank lines) into p, on top of what p holds:
+ * missing keys keep their value. CHORUS_ERR_INVALID_ARGUMENT, with the line number in the
+ * message, for an unknown key, a line without '=' or a value that is not a number;
+ * p is then unchanged. name names the text in messages. */
+chorus_status_t chorus__tune_params_parse(const char *text, const char *name,
+                                          chorus_tune_params_t *p);
+/* Reads and parses a file; CHORUS_ERR_SYSTEM, naming the path, when it cannot be read. */
+chorus_status_t chorus__tune_params_load(const char *path, chorus_tune_params_t *p);
+/* Writes p in the format parse reads. Returns 0, -1 on a write error. */
+int chorus__tune_params_write(const chorus_tune_params_t *p, FILE *out);
+/* The calibration file's path (CHORUS_TUNE_FILE, else the per-host cache path) into buf. */
+void chorus__tune_file_path(char *buf, size_t len);
+/* Measures copy_ns and reduce_ns on a local buffer (a millisecond or two). */
+void chorus__tune_params_measure(chorus_tune_params_t *p);
+
+/* A tuner on a described topology, without a communicator (tests, tools). */
+chorus_status_t chorus__tune_create_topo(const chorus_tune_topo_t *topo,
+                                         const chorus_tune_params_t *params,
+                                         chorus_tune_t **tune_p);
+
+/* Called once by chorus_comm_init after the transports (and the arena) are up. Collective
+ * over the comm: one bootstrap allgather, so that every rank adopts the same parameters
+ * (rank 0's) and therefore makes the same choices. */
 chorus_status_t chorus__tune_create(struct chorus_comm *comm, chorus_tune_t **tune_p);
 void chorus__tune_destroy(chorus_tune_t *tune);
+
+/* The model's time in microseconds of algo running coll of count elements of dtype with
+ * the given pipeline chunk (bytes). CHORUS_ERR_UNSUPPORTED if algo does not implement coll
+ * here (no builder, or the arena is absent). */
+chorus_status_t chorus__tune_predict(chorus_tune_t *tune, chorus_coll_t coll, chorus_algo_t algo,
+                                     uint64_t count, chorus_dtype_t dtype, uint64_t chunk_bytes,
+                                     double *us_p);
+
+/* One decision of the tuner: the algorithm and chunk predicted fastest for a size class. */
+typedef struct {
+    chorus_algo_t algo;
+    uint64_t chunk_bytes;
+    double us;
+} chorus_tune_choice_t;
+
+/* The fastest supported algorithm (and chunk: chunk_bytes if nonzero, else the best of a
+ * few candidates) for coll at this size, from the per-(collective, size class) cache; the
+ * first call of a class evaluates the model for every candidate and, with CHORUS_DEBUG=info,
+ * logs each candidate's predicted time. Never fails: without a usable model the answer is
+ * the size threshold of old (ring for large, rd/tree for small). */
+chorus_tune_choice_t chorus__tune_choose(chorus_tune_t *tune, chorus_coll_t coll, uint64_t bytes,
+                                         uint64_t chunk_bytes);
+
+/* How many times the model was evaluated for a decision (a cache miss): tests. */
+unsigned chorus__tune_evaluations(const chorus_tune_t *tune);
+
+/* The parameters in use (tools). */
+const chorus_tune_params_t *chorus__tune_params(const chorus_tune_t *tune);
+
+/* ---- tune_sim.c: the simulation behind predict ---- */
+
+/* Time in microseconds of algo for coll on topo, before correction factors. */
+chorus_status_t chorus__tune_simulate(const chorus_tune_params_t *p, const chorus_tune_topo_t *topo,
+                                      chorus_coll_t coll, chorus_algo_t algo, uint64_t count,
+                                      chorus_dtype_t dtype, uint64_t chunk_bytes, double *us_p);
 
 #endif

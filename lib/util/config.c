@@ -44,6 +44,18 @@ static const chorus_config_entry_t config_table[] = {
      "microseconds a wait spins before it starts yielding the core"},
     {"CHORUS_YIELD_US", CHORUS_CFG_SECONDS, "2000",
      "microseconds a wait yields before it sleeps in the transport"},
+    /* Cost model (lib/tune). */
+    {"CHORUS_TUNE", CHORUS_CFG_INT, "1",
+     "1: choose algorithms with the cost model; 0: by size thresholds"},
+    {"CHORUS_TUNE_FILE", CHORUS_CFG_STRING, NULL,
+     "calibration file (default $XDG_CACHE_HOME/chorus/tune-<host>.conf, else ~/.cache/...)"},
+    {"CHORUS_TUNE_MEASURE", CHORUS_CFG_INT, "1",
+     "1: without a calibration file, measure copy and reduce rates at init (about 1 ms)"},
+    /* Single-host shared arena (lib/arena). */
+    {"CHORUS_ARENA", CHORUS_CFG_INT, "1", "1: single-host comms get a shared arena; 0: none"},
+    {"CHORUS_ARENA_CHUNK", CHORUS_CFG_SIZE, "512K", "pipeline chunk of the arena's staged path"},
+    {"CHORUS_ARENA_FLAT_MAX", CHORUS_CFG_SIZE, "16K",
+     "largest allreduce (bytes) on the arena's flat path"},
 };
 
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
