@@ -180,6 +180,27 @@ run_mp() {
     matrix 4 shm auto CHORUS_CHUNK_SIZE=4K CHORUS_SHM_RING_SIZE=64K
     matrix 4 tcp ring CHORUS_CHUNK_SIZE=4K CHORUS_TCP_BUF=16K
     matrix 3 tcp auto CHORUS_TCP_BUF=16K
+    # hier on 3 emulated hosts of 3, 1 and 2 interleaved ranks (CHORUS_HOSTID per rank).
+    run_test "mp/coll_matrix n=6 algo=hier hosts=a,b,c,a,c,a" env CHORUS_TIMEOUT=20 \
+        "$CHORUSRUN" -n 6 --timeout 150 -- sh -c 'case $CHORUS_RANK in 0|3|5) h=a ;; 1) h=b ;;
+        *) h=c ;; esac; CHORUS_HOSTID=$h exec "$0" --algo hier --large-colls allreduce' "$MATRIX"
+    # Halving/doubling and Bruck: folded (3) and power-of-two (4) rank counts, then tcp.
+    for n in 3 4; do
+        matrix "$n" shm rabenseifner -- --colls allreduce,reduce_scatter,nan_minmax
+        matrix "$n" shm swing -- --colls allreduce,nan_minmax
+        matrix "$n" shm bruck -- --colls allgather
+        matrix "$n" shm rd -- --colls allgather
+    done
+    matrix 3 tcp rabenseifner -- --colls allreduce,reduce_scatter
+    matrix 4 tcp swing -- --colls allreduce
+    matrix 5 tcp bruck -- --colls allgather --large 0
+    # The shared arena (lib/arena): allreduce on both paths, many small chunks, failures.
+    for n in 2 3 4 8; do matrix "$n" shm arena -- --colls allreduce --large 400003; done
+    matrix 3 shm arena CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 -- --colls allreduce
+    for c in mismatch-dtype mismatch-count timeout dead; do
+        run_test "mp/arena_errors n=3 $c" env CHORUS_ALGO=arena CHORUS_TIMEOUT=2 \
+            "$CHORUSRUN" -n 3 --timeout 60 -- "$BUILD/tests/mp_arena_errors" --case "$c"
+    done
 }
 
 # ---- Scripted tests ----

@@ -1,0 +1,145 @@
+/*
+ * Private to lib/arena: the layout of the shared segment, the process-local arena object,
+ * and the synchronisation helpers the collectives use.
+ *
+ * Segment layout (every offset a multiple of 4096, recomputed and checked by attachers):
+ *   header                  magic, sizes, HMAC token; the futex word on its own line
+ *   ctl[nlocal]             one control block per local rank, 128 bytes each (two lines,
+ *                           so the adjacent-line prefetcher does not couple neighbours)
+ *   flat[nlocal][2]         flat-path slots of flat_slot bytes, by operation parity
+ *   stage[nlocal][2]        staged-path slots of chunk bytes, by chunk parity
+ *   res[2]                  reduced chunks (each rank writes its slice), by chunk parity
+ *
+ * Synchronisation: each rank owns one monotonic step counter (ctl.seq). Every publication
+ * is a store-release of the next step; a wait is "every rank's seq >= s". A rank publishes
+ * step s + 1 only after it saw every rank at s, so counters never drift apart by more than
+ * two steps, and all ranks that ran the same operations agree on every step number.
+ */
+#ifndef CHORUS_ARENA_INT_H
+#define CHORUS_ARENA_INT_H
+
+#include "arena/arena.h"
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARENA_MAGIC 0x414e455241524843ULL /* "CHRARENA" */
+#define ARENA_VERSION 1
+#define ARENA_LINE 64
+#define ARENA_PAGE 4096
+#define ARENA_NAME_MAX 64
+#define ARENA_MAX_LOCAL 1024
+
+/* The signature of one operation: ranks compare it before reading each other's data. */
+typedef struct {
+    uint64_t count;
+    uint32_t opno; /* low bits of the operation number */
+    uint8_t coll;
+    uint8_t dtype;
+    uint8_t op;
+    uint8_t valid;
+} arena_sig_t;
+
+/* One rank's control block. The first line is what peers poll on every step: the step
+ * counter and the signatures of the current and previous operation (by parity), so one
+ * cache-line transfer gives a waiter both. */
+typedef struct {
+    alignas(ARENA_LINE) _Atomic uint64_t seq;
+    arena_sig_t sig[2];
+    /* Second line: written once or when giving up. */
+    alignas(ARENA_LINE) _Atomic int32_t failed; /* the chorus_status_t this rank failed with */
+    int32_t rank;
+} arena_ctl_t;
+
+typedef struct {
+    _Atomic uint64_t magic; /* stored last (release): the rest is complete when it is set */
+    uint32_t version;
+    uint32_t hdr_size;
+    uint64_t total_size;
+    uint64_t comm_id;
+    uint32_t nlocal;
+    uint32_t owner_pid;
+    uint64_t flat_slot;
+    uint64_t chunk;
+    uint64_t ctl_off;
+    uint64_t flat_off;
+    uint64_t stage_off;
+    uint64_t res_off;
+    uint8_t nonce[16];
+    uint8_t token[32];
+    /* Sleepers: a waiter that gives up yielding counts itself in sleepers and blocks on
+     * bell; a publisher that sees sleepers bumps bell and wakes them. */
+    alignas(ARENA_LINE) _Atomic uint32_t bell;
+    _Atomic uint32_t sleepers;
+} arena_hdr_t;
+
+struct chorus_arena {
+    uint8_t *base;
+    size_t size;
+    arena_hdr_t *hdr;
+    arena_ctl_t *ctl;
+    uint8_t *flat;
+    uint8_t *stage;
+    uint8_t *res;
+    size_t flat_slot; /* bytes of one flat slot == flat_max */
+    size_t chunk;     /* bytes of one staged slot */
+    int n;            /* local ranks */
+    int me;           /* my local index */
+    int rank;         /* my rank in the comm */
+    int *ranks;       /* comm rank of each local index */
+    uint32_t *pids;   /* pid of each local index (from the bootstrap exchange) */
+    uint8_t *pid_check; /* nonzero when that pid lives in our pid namespace */
+    const void **srcs;  /* n source pointers for the reduce kernel (no allocation per call) */
+    uint64_t step;      /* my last published step */
+    uint64_t opno;      /* operations run */
+    uint64_t gchunk;    /* staged chunks run, all operations together (slot parity) */
+    double timeout_s;
+    const atomic_int *abort_flag;
+    chorus_wait_policy_t wait;
+};
+
+/* ---- arena_seg.c ---- */
+
+/* The byte offsets of a segment for nlocal ranks with these slot sizes; total_p is the
+ * segment size. Deterministic, so attachers check the owner's header against it. */
+void arena__layout(uint32_t nlocal, uint64_t flat_slot, uint64_t chunk, uint64_t *ctl_off_p,
+                   uint64_t *flat_off_p, uint64_t *stage_off_p, uint64_t *res_off_p,
+                   uint64_t *total_p);
+
+/* ---- arena_sync.c ---- */
+
+/* Publishes step (store-release of my counter) and wakes sleepers if there are any. */
+void arena__publish(chorus_arena_t *a, uint64_t step);
+
+/* The slow part of arena__wait_range: spin, yield, sleep, with deadline, abort flag,
+ * failed and dead peers, until local ranks [first, end) have all published step. */
+chorus_status_t arena__wait_slow(chorus_arena_t *a, uint64_t step, int first, int end,
+                                 const char *what);
+
+/* Marks this rank failed with status in the segment (peers stop waiting for it) and
+ * returns status. */
+chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status);
+
+/* Nonzero if pid names a process that is gone (or a zombie). */
+int arena__pid_dead(uint32_t pid);
+
+/* Returns once local ranks [first, end) have published step (or an error naming who did
+ * not). */
+static inline chorus_status_t arena__wait_range(chorus_arena_t *a, uint64_t step, int first,
+                                                int end, const char *what)
+{
+    for (int r = first; r < end; r++) {
+        if (atomic_load_explicit(&a->ctl[r].seq, memory_order_acquire) < step)
+            return arena__wait_slow(a, step, r, end, what);
+    }
+    return CHORUS_SUCCESS;
+}
+
+static inline chorus_status_t arena__wait_all(chorus_arena_t *a, uint64_t step, const char *what)
+{
+    return arena__wait_range(a, step, 0, a->n, what);
+}
+
+#endif

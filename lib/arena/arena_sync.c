@@ -1,0 +1,172 @@
+/*
+ * Waiting for the other local ranks. The fast path (arena_int.h) is one acquire load per
+ * rank; this file is what happens when someone has not arrived yet.
+ *
+ * The wait follows the comm's policy: spin for spin_ns (a peer running on another core
+ * arrives within microseconds), then sched_yield for yield_ns (with more ranks than cores
+ * spin_ns is 0: the rank we wait for may need our core, and a yield costs 1-3 us where
+ * waking a sleeper costs ~45 us), then sleep on the segment's futex word. Every wait
+ * watches the deadline, the abort flag, the peers' failed flags and, now and then, whether
+ * the peers' processes still exist: a dead peer is an error, never a hang.
+ */
+#include "arena/arena_int.h"
+
+#include "util/clock.h"
+#include "util/status.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How often a long wait looks for dead peers and the deadline. */
+#define ARENA_CHECK_NS 50000000ULL
+/* Longest single futex sleep, so the abort flag is seen promptly. */
+#define ARENA_SLEEP_NS 10000000ULL
+
+static void arena_futex_wake(_Atomic uint32_t *word)
+{
+    /* Not FUTEX_WAKE_PRIVATE: the word is shared between processes. */
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void arena_futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+void arena__publish(chorus_arena_t *a, uint64_t step)
+{
+    a->step = step;
+    atomic_store_explicit(&a->ctl[a->me].seq, step, memory_order_release);
+    /* The fence pairs with the sleeper's (Dekker): either we see its count, or it sees our
+     * step before it blocks, so no wake-up is lost. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&a->hdr->sleepers, memory_order_relaxed) != 0) {
+        atomic_fetch_add_explicit(&a->hdr->bell, 1, memory_order_relaxed);
+        arena_futex_wake(&a->hdr->bell);
+    }
+}
+
+chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status)
+{
+    if (a->hdr == NULL) return status;
+    atomic_store_explicit(&a->ctl[a->me].failed, (int32_t)status, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    atomic_fetch_add_explicit(&a->hdr->bell, 1, memory_order_relaxed);
+    arena_futex_wake(&a->hdr->bell);
+    return status;
+}
+
+int arena__pid_dead(uint32_t pid)
+{
+    char path[64], stat[256];
+    const char *paren;
+    FILE *f;
+    size_t n;
+
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    /* A zombie still answers kill(); its state in /proc tells. */
+    snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    f = fopen(path, "re");
+    if (f == NULL) return 0;
+    n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    paren = strrchr(stat, ')');
+    return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* The first local rank in [r, end) that has not published step (end: none). */
+static int arena_missing(const chorus_arena_t *a, uint64_t step, int r, int end)
+{
+    while (r < end && atomic_load_explicit(&a->ctl[r].seq, memory_order_acquire) >= step) r++;
+    return r;
+}
+
+/* "2, 5, 7": the comm ranks that have not published step. */
+static void arena_missing_list(const chorus_arena_t *a, uint64_t step, int first, int end,
+                               char *buf, size_t len)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (int r = arena_missing(a, step, first, end); r < end && used + 16 < len;
+         r = arena_missing(a, step, r + 1, end))
+        used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", a->ranks[r]);
+}
+
+/* A peer that will never arrive: it gave up (failed flag) or its process is gone. */
+static chorus_status_t arena_check_peers(chorus_arena_t *a, uint64_t step, int first, int end,
+                                         int check_pids, const char *what)
+{
+    for (int r = arena_missing(a, step, first, end); r < end;
+         r = arena_missing(a, step, r + 1, end)) {
+        int32_t failed = atomic_load_explicit(&a->ctl[r].failed, memory_order_acquire);
+
+        if (failed != 0)
+            return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank %d failed (%s)",
+                                 a->rank, what, a->ranks[r],
+                                 chorus_status_string((chorus_status_t)failed));
+        if (check_pids && a->pid_check[r] && arena__pid_dead(a->pids[r]))
+            return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank %d (pid %u) died",
+                                 a->rank, what, a->ranks[r], a->pids[r]);
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* Blocks on the bell until a publisher rings it or ns pass. */
+static void arena_sleep(chorus_arena_t *a, uint64_t step, int first, int end, uint64_t ns)
+{
+    uint32_t bell;
+
+    atomic_fetch_add_explicit(&a->hdr->sleepers, 1, memory_order_seq_cst);
+    bell = atomic_load_explicit(&a->hdr->bell, memory_order_seq_cst);
+    if (arena_missing(a, step, first, end) < end) arena_futex_wait(&a->hdr->bell, bell, ns);
+    atomic_fetch_sub_explicit(&a->hdr->sleepers, 1, memory_order_relaxed);
+}
+
+chorus_status_t arena__wait_slow(chorus_arena_t *a, uint64_t step, int first, int end,
+                                 const char *what)
+{
+    uint64_t start = chorus__now_ns(), now = start, next_check = start + ARENA_CHECK_NS;
+    uint64_t deadline = a->timeout_s > 0 ? start + (uint64_t)(a->timeout_s * 1e9) : UINT64_MAX;
+    uint64_t spin_end = start + a->wait.spin_ns, yield_end = spin_end + a->wait.yield_ns;
+    chorus_status_t status;
+    char who[256];
+
+    for (;;) {
+        first = arena_missing(a, step, first, end);
+        if (first == end) return CHORUS_SUCCESS;
+        if (a->abort_flag != NULL && atomic_load_explicit(a->abort_flag, memory_order_relaxed))
+            return arena__fail(a, chorus__error(CHORUS_ERR_ABORTED, "rank %d: arena: %s: "
+                                                "aborted", a->rank, what));
+        if (now < spin_end) {
+            /* Spin a while between clock reads: they cost more than a poll. */
+            for (int i = 0; i < 64 && arena_missing(a, step, first, end) < end; i++) continue;
+            now = chorus__now_ns();
+            continue;
+        }
+        status = arena_check_peers(a, step, first, end, now >= next_check, what);
+        if (status != CHORUS_SUCCESS) return arena__fail(a, status);
+        if (now >= next_check) next_check = now + ARENA_CHECK_NS;
+        if (now >= deadline) {
+            arena_missing_list(a, step, first, end, who, sizeof who);
+            return arena__fail(a, chorus__error(CHORUS_ERR_TIMEOUT, "rank %d: arena: %s timed "
+                               "out after %.1f s waiting for rank(s) %s", a->rank, what,
+                               a->timeout_s, who));
+        }
+        if (now < yield_end) sched_yield();
+        else arena_sleep(a, step, first, end, deadline - now < ARENA_SLEEP_NS ? deadline - now
+                                                                         : ARENA_SLEEP_NS);
+        now = chorus__now_ns();
+    }
+}

@@ -1,0 +1,178 @@
+/*
+ * Failure cases of the shared arena (lib/arena), run with CHORUS_ALGO=arena under
+ * chorusrun on 2 or more ranks. Each case needs a fresh job, since after an error the
+ * communicator is failed:
+ *
+ *   mp_arena_errors --case mismatch-dtype   rank 0 reduces float32, the others int32 of the
+ *                                           same size: everyone gets CHORUS_ERR_MISMATCH
+ *   mp_arena_errors --case mismatch-count   rank 0 a small vector (flat path), the others a
+ *                                           large one (staged path): CHORUS_ERR_MISMATCH,
+ *                                           and no rank writes past its buffers
+ *   mp_arena_errors --case timeout          the last rank comes late: the others get
+ *                                           CHORUS_ERR_TIMEOUT naming it, at the deadline
+ *                                           (CHORUS_TIMEOUT, at most 5 s), and the late one
+ *                                           an error at once (at its second call at the
+ *                                           latest)
+ *   mp_arena_errors --case dead             the last rank exits: the others get an error
+ *                                           naming it within seconds, not at the deadline
+ *
+ * Exits 0 when the case behaved, 1 when not, 77 ("skipped: ...") when the arena does not
+ * run allreduce here.
+ */
+#include "mp/mp_common.h"
+
+#include <getopt.h>
+
+#define GUARD 64
+
+static int failures;
+
+static void expect(int ok, int rank, const char *fmt, const char *detail)
+{
+    if (ok) return;
+    printf("FAIL rank %d: ", rank);
+    printf(fmt, detail);
+    printf("\n");
+    failures++;
+}
+
+/* The status must be `want`, and the message must mention `needle` (NULL: anything). */
+static void expect_error(chorus_status_t st, chorus_status_t want, const char *needle, int rank)
+{
+    const char *msg = chorus_last_error();
+
+    expect(st == want, rank, "got %s", chorus_status_string(st));
+    if (st == want) printf("rank %d: %s as expected: %s\n", rank, chorus_status_string(st), msg);
+    if (needle != NULL) expect(strstr(msg, needle) != NULL, rank, "message lacks the peer: %s",
+                               msg);
+}
+
+/* A buffer of count floats between two guard zones, to catch overruns. */
+static float *guarded(size_t count)
+{
+    unsigned char *p = malloc(count * sizeof(float) + 2 * GUARD);
+
+    if (p == NULL) exit(1);
+    memset(p, 0xa5, count * sizeof(float) + 2 * GUARD);
+    for (size_t i = 0; i < count; i++) ((float *)(void *)(p + GUARD))[i] = 1.0f;
+    return (float *)(void *)(p + GUARD);
+}
+
+static int guards_intact(const float *buf, size_t count)
+{
+    const unsigned char *p = (const unsigned char *)buf;
+
+    for (size_t i = 0; i < GUARD; i++)
+        if (p[-1 - (long)i] != 0xa5 || p[count * sizeof(float) + i] != 0xa5) return 0;
+    return 1;
+}
+
+static void case_mismatch(int rank, int by_count, chorus_comm_t comm)
+{
+    size_t count = by_count && rank != 0 ? 1 << 20 : 16;
+    char who[32];
+    float *buf = guarded(count);
+    chorus_status_t st;
+
+    st = chorus_allreduce(buf, buf, count, rank == 0 || by_count ? CHORUS_FLOAT32 : CHORUS_INT32,
+                          CHORUS_SUM, comm, NULL);
+    /* Every rank sees some peer that called something else: rank 0 sees rank 1, the
+     * others see rank 0. */
+    snprintf(who, sizeof who, "rank %d called", rank == 0 ? 1 : 0);
+    expect_error(st, CHORUS_ERR_MISMATCH, who, rank);
+    expect(guards_intact(buf, count), rank, "%s", "the call wrote outside its buffer");
+}
+
+static void case_timeout(int rank, int n, chorus_comm_t comm)
+{
+    const char *t = getenv("CHORUS_TIMEOUT");
+    double timeout = t != NULL ? atof(t) : 0, t0;
+    float buf[4] = {1, 2, 3, 4};
+    char who[32];
+    chorus_status_t st;
+
+    if (timeout <= 0 || timeout > 5) {
+        printf("FAIL rank %d: run with CHORUS_TIMEOUT between 0 and 5 seconds\n", rank);
+        failures++;
+        return;
+    }
+    if (rank == n - 1) {
+        usleep((useconds_t)((timeout + 1.5) * 1e6));
+        /* The others published their vectors before they gave up, so this first call may
+         * still complete (with the right sum); the next one has nobody to meet and must
+         * fail at once, since the others marked themselves failed. */
+        t0 = mp_now();
+        st = chorus_allreduce(buf, buf, 4, CHORUS_FLOAT32, CHORUS_SUM, comm, NULL);
+        if (st == CHORUS_SUCCESS)
+            st = chorus_allreduce(buf, buf, 4, CHORUS_FLOAT32, CHORUS_SUM, comm, NULL);
+        expect(st != CHORUS_SUCCESS, rank, "%s", "the late rank's allreduce succeeded twice");
+        expect(mp_now() - t0 < 2.0, rank, "%s", "the late rank waited for the deadline");
+        printf("rank %d: late call: %s: %s\n", rank, chorus_status_string(st),
+               chorus_last_error());
+        return;
+    }
+    t0 = mp_now();
+    st = chorus_allreduce(buf, buf, 4, CHORUS_FLOAT32, CHORUS_SUM, comm, NULL);
+    snprintf(who, sizeof who, "rank(s) %d", n - 1);
+    expect_error(st, CHORUS_ERR_TIMEOUT, who, rank);
+    expect(mp_now() - t0 >= timeout * 0.9 && mp_now() - t0 < timeout + 1.5, rank, "%s",
+           "the timeout did not come at the deadline");
+}
+
+static void case_dead(int rank, int n, chorus_comm_t comm)
+{
+    float buf[4] = {1, 2, 3, 4};
+    char who[32];
+    double t0;
+    chorus_status_t st;
+
+    if (rank == n - 1) {
+        fflush(stdout);
+        _exit(0);
+    }
+    t0 = mp_now();
+    st = chorus_allreduce(buf, buf, 4, CHORUS_FLOAT32, CHORUS_SUM, comm, NULL);
+    snprintf(who, sizeof who, "rank %d", n - 1);
+    expect(st != CHORUS_SUCCESS, rank, "%s", "allreduce without the dead rank succeeded");
+    expect(strstr(chorus_last_error(), who) != NULL, rank, "message lacks the peer: %s",
+           chorus_last_error());
+    expect(mp_now() - t0 < 10.0, rank, "%s", "the dead peer was noticed only at the deadline");
+    printf("rank %d: %s: %s\n", rank, chorus_status_string(st), chorus_last_error());
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"case", required_argument, NULL, 'c'}, {0, 0, 0, 0}};
+    const char *which = NULL, *algo = NULL;
+    chorus_comm_t comm;
+    int rank, n, c;
+
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'c') which = optarg;
+        else return 2;
+    }
+    if (which == NULL) {
+        fprintf(stderr, "usage: mp_arena_errors --case "
+                        "mismatch-dtype|mismatch-count|timeout|dead\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    comm = mp_init_env("mp_arena_errors", &rank, &n);
+    if (n < 2 || chorus_algorithm_name(comm, "allreduce", 16, CHORUS_FLOAT32, &algo) !=
+                     CHORUS_SUCCESS || strcmp(algo, "arena") != 0) {
+        printf("skipped: the arena does not run allreduce here (%d ranks, algorithm %s; set "
+               "CHORUS_ALGO=arena)\n", n, algo != NULL ? algo : "?");
+        chorus_comm_destroy(comm);
+        return 77;
+    }
+    if (strcmp(which, "mismatch-dtype") == 0) case_mismatch(rank, 0, comm);
+    else if (strcmp(which, "mismatch-count") == 0) case_mismatch(rank, 1, comm);
+    else if (strcmp(which, "timeout") == 0) case_timeout(rank, n, comm);
+    else if (strcmp(which, "dead") == 0) case_dead(rank, n, comm);
+    else {
+        fprintf(stderr, "mp_arena_errors: unknown case %s\n", which);
+        return 2;
+    }
+    chorus_comm_destroy(comm);
+    return failures == 0 ? 0 : 1;
+}
