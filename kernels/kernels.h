@@ -38,6 +38,10 @@ chorus_status_t chorus_kernel_reduce_multi(void *dst, const void *const *src, in
 chorus_status_t chorus_kernel_divide(void *buf, size_t count, chorus_dtype_t dtype,
                                      uint64_t divisor);
 
+/* memcpy (no overlap) with non-temporal stores when `traffic`, the bytes the caller's whole
+ * operation moves, exceeds the last-level cache; plain memcpy otherwise. */
+void chorus_kernel_copy_stream(void *dst, const void *src, size_t bytes, size_t traffic);
+
 /* memmove-safe copy of bytes; a no-op when dst == src. */
 void chorus_kernel_copy(void *dst, const void *src, size_t bytes);
 

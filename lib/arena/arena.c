@@ -105,8 +105,10 @@ static chorus_status_t arena_flat(chorus_arena_t *a, const void *sendbuf, void *
     int par = (int)(a->opno & 1);
     uint64_t step = a->step + 1;
     chorus_status_t status;
+    int inl = bytes <= ARENA_INLINE;
 
-    memcpy(a->flat + ((size_t)a->me * 2 + (size_t)par) * a->flat_slot, sendbuf, bytes);
+    if (inl) memcpy(a->ctl[a->me].inl[par], sendbuf, bytes);
+    else memcpy(a->flat + ((size_t)a->me * 2 + (size_t)par) * a->flat_slot, sendbuf, bytes);
     arena_sig_set(a, par, count, dtype, op);
     arena__publish(a, step);
     status = arena__wait_all(a, step, what);
@@ -114,7 +116,8 @@ static chorus_status_t arena_flat(chorus_arena_t *a, const void *sendbuf, void *
     status = arena_check_sigs(a, par, what);
     if (status != CHORUS_SUCCESS) return status;
     for (int r = 0; r < a->n; r++)
-        a->srcs[r] = a->flat + ((size_t)r * 2 + (size_t)par) * a->flat_slot;
+        a->srcs[r] = inl ? (const void *)a->ctl[r].inl[par]
+                         : a->flat + ((size_t)r * 2 + (size_t)par) * a->flat_slot;
     /* My own vector from sendbuf (already in my cache), unless recvbuf is sendbuf and not
      * the first source: the kernel lets dst alias only src[0]. */
     if (sendbuf != recvbuf || a->me == 0) a->srcs[a->me] = sendbuf;
@@ -205,7 +208,8 @@ static chorus_status_t arena_stage_out(chorus_arena_t *a, const arena_job_t *j, 
         status = arena__wait_range(a, j->s0 + 2 * i + 2, r, r + 1, j->what);
         if (status != CHORUS_SUCCESS) return status;
         arena_slice(a, j, ce, r, &off, &len);
-        memcpy(j->recv + (co + off) * j->esize, res + off * j->esize, len * j->esize);
+        chorus_kernel_copy_stream(j->recv + (co + off) * j->esize, res + off * j->esize,
+                                  len * j->esize, 3 * j->count * j->esize);
     }
     return CHORUS_SUCCESS;
 }

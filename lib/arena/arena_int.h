@@ -31,6 +31,7 @@
 #define ARENA_PAGE 4096
 #define ARENA_NAME_MAX 64
 #define ARENA_MAX_LOCAL 1024
+#define ARENA_INLINE 8
 
 /* The signature of one operation: ranks compare it before reading each other's data. */
 typedef struct {
@@ -48,10 +49,17 @@ typedef struct {
 typedef struct {
     alignas(ARENA_LINE) _Atomic uint64_t seq;
     arena_sig_t sig[2];
+    /* Flat-path vectors of up to ARENA_INLINE bytes travel here, by operation parity, so a
+     * waiter gets step, signature and data in the one line transfer. */
+    alignas(8) uint8_t inl[2][8];
     /* Second line: written once or when giving up. */
+    /* (The first line is full: seq 8 + sig 32 + inl 16 bytes.) */
     alignas(ARENA_LINE) _Atomic int32_t failed; /* the chorus_status_t this rank failed with */
     int32_t rank;
 } arena_ctl_t;
+
+_Static_assert(offsetof(arena_ctl_t, inl) + sizeof(((arena_ctl_t *)0)->inl) <= ARENA_LINE,
+               "what a waiter polls fits one cache line");
 
 typedef struct {
     _Atomic uint64_t magic; /* stored last (release): the rest is complete when it is set */

@@ -1161,6 +1161,32 @@ static void test_dtype_names(void **state)
     assert_null(chorus_op_name((chorus_op_t)-1));
 }
 
+/* The streaming copy gives memcpy's bytes at every length and alignment, on both the
+ * cached and the non-temporal path, and touches nothing outside the destination. */
+static void test_copy_stream(void **state)
+{
+    enum { N = 4096 + 64 };
+    static unsigned char src[N], dst[N + 64], want[N + 64];
+    static const size_t lens[] = {0, 1, 15, 16, 255, 256, 257, 1000, 4095, 4096};
+    (void)state;
+
+    for (size_t i = 0; i < N; i++) src[i] = (unsigned char)(i * 131u + 7u);
+    for (int forced = 0; forced < 2; forced++) {
+        chorus__kernel_set_stream_threshold(forced ? 1 : 0);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (size_t so = 0; so < 3; so++)
+                for (size_t d_off = 0; d_off < 19; d_off += 3) {
+                    memset(dst, 0xa5, sizeof dst);
+                    memset(want, 0xa5, sizeof want);
+                    memcpy(want + d_off, src + so, lens[li]);
+                    chorus_kernel_copy_stream(dst + d_off, src + so, lens[li],
+                                              forced ? (size_t)1 << 40 : 0);
+                    assert_memory_equal(dst, want, sizeof dst);
+                }
+    }
+    chorus__kernel_set_stream_threshold(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1178,6 +1204,7 @@ int main(void)
         cmocka_unit_test(test_multi_all_dtypes),   cmocka_unit_test(test_multi_streamed),
         cmocka_unit_test(test_multi_nan),          cmocka_unit_test(test_multi_half_steps),
         cmocka_unit_test(test_multi_invalid),      cmocka_unit_test(test_baseline_loops),
+        cmocka_unit_test(test_copy_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
