@@ -6,6 +6,19 @@
 #   make compare-peers            # builds ompi-bench and gloo-bench where possible
 #   sh bench/compare.sh           # or: make bench-compare
 #   sh bench/compare.sh -n "2 4" -b 8 -e 16M -f 4 -c allreduce -r 3 -o /tmp/cmp
+#   sh bench/compare.sh -t tcp -n "2 4 8" -b 64K -e 256M -c allreduce -r 2
+#
+# -t picks the transport. shm (the default): Chorus as it chooses for local ranks (its shm
+# transport), Open MPI's vader BTL, Gloo over loopback tcp (Gloo has nothing else). tcp:
+# Chorus with CHORUS_TRANSPORT=tcp, Open MPI with the ob1 PML and the tcp BTL on lo only
+# (btl_tcp_if_include lo), Gloo as always; a line under each table says how many bytes lo
+# carried during each library's runs, which shows that all three really used loopback tcp.
+# -g lists Gloo's allreduce algorithms to run (GLOO_BENCH_ALGO of gloo-bench: ring, bcube,
+# ring_chunked, halving_doubling, bcube_legacy); default ring for shm, all five for tcp.
+# With more than one, the Gloo column is "gloo-best", each size's fastest algorithm, named in
+# a last column, and Chorus's ratio is to that best. Allgather runs Gloo's one allgather.
+# Under each table a "# worst ratio" line gives, over the sizes >= 64 KiB, the lowest
+# Chorus/peer ratio and where it was (the acceptance compares ratios there).
 #
 # All three print nccl-tests rows with the same columns; busbw is recomputed here from the
 # slowest rank's out-of-place time (us) with the nccl-tests factors, allreduce 2(n-1)/n and
@@ -20,14 +33,20 @@
 #
 # Environment: BUILD (default build) holds bin/chorusrun, bin/chorus-bench, bin/ompi-bench
 # and bin/gloo-bench; MPIRUN (default mpirun.openmpi); MPIRUN_ARGS (default below);
-# COMPARE_TIMEOUT, seconds one run may take (default 300).
+# COMPARE_TIMEOUT, seconds one run may take (default 300; a run past it is stopped, shown as
+# FAIL and named on stderr as timed out).
 set -u
 
 BUILD=${BUILD:-build}
 MPIRUN=${MPIRUN:-mpirun.openmpi}
 # Shared memory (vader) only, no binding: 8 ranks share 2 cores here, and Chorus and Gloo
-# do not bind either.
-MPIRUN_ARGS=${MPIRUN_ARGS:---allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader}
+# do not bind either. For -t tcp: the tcp BTL on loopback only. Open MPI excludes 127.0.0.0/8
+# by default, so without the include it would pick another interface (whose traffic the
+# kernel still loops back, but through the address of a real NIC); ob1 is the PML that
+# drives BTLs (UCX, when it finds a device, would bypass them).
+MPIRUN_ARGS_SHM="--allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader"
+MPIRUN_ARGS_TCP="--allow-run-as-root --oversubscribe --bind-to none --mca pml ob1"
+MPIRUN_ARGS_TCP="$MPIRUN_ARGS_TCP --mca btl self,tcp --mca btl_tcp_if_include lo"
 TIMEOUT=${COMPARE_TIMEOUT:-300}
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -38,19 +57,27 @@ factor=4
 colls="allreduce allgather"
 repeat=1
 outdir=
+transport=shm
+gloo_algos=""
 
 usage() {
     cat >&2 <<EOF
-usage: $0 [-n "2 4 8"] [-b 8] [-e 64M] [-f 4] [-c "allreduce allgather"] [-r 1] [-o DIR]
+usage: $0 [-t shm|tcp] [-n "2 4 8"] [-b 8] [-e 64M] [-f 4] [-c "allreduce allgather"]
+          [-g "gloo algorithms"] [-r 1] [-o DIR]
+  -t  transport (shm: Chorus shm, Open MPI vader; tcp: both on loopback tcp)
   -n  rank counts          -b/-e  smallest/largest size (K M G)   -f  size factor
   -c  collectives          -r     runs of each band; the best time of each size is kept
+  -g  Gloo allreduce algorithms: ring bcube ring_chunked halving_doubling bcube_legacy
+      (default: ring for shm, all of them for tcp; the best of each size is shown)
   -o  keep every raw table in DIR (default: a temp dir, removed unless a run failed)
 EOF
     exit 2
 }
 
-while getopts n:b:e:f:c:r:o:h opt; do
+while getopts t:n:b:e:f:c:g:r:o:h opt; do
     case $opt in
+    t) transport=$OPTARG ;;
+    g) gloo_algos=$OPTARG ;;
     n) ranks=$OPTARG ;;
     b) min=$OPTARG ;;
     e) max=$OPTARG ;;
@@ -76,6 +103,22 @@ min=$(to_bytes "$min") && max=$(to_bytes "$max") || usage
 for c in $colls; do
     case $c in allreduce | allgather) ;; *) usage ;; esac
 done
+case $transport in
+shm) MPIRUN_ARGS=${MPIRUN_ARGS:-$MPIRUN_ARGS_SHM}; : "${gloo_algos:=ring}" ;;
+tcp)
+    MPIRUN_ARGS=${MPIRUN_ARGS:-$MPIRUN_ARGS_TCP}
+    : "${gloo_algos:=ring ring_chunked halving_doubling bcube bcube_legacy}"
+    ;;
+*) usage ;;
+esac
+for a in $gloo_algos; do
+    case $a in ring | bcube | ring_chunked | halving_doubling | bcube_legacy) ;; *) usage ;; esac
+done
+# shellcheck disable=SC2086
+set -- $gloo_algos
+[ $# -ge 1 ] || usage
+ngloo=$#
+lo_stats=/sys/class/net/lo/statistics/tx_bytes
 
 # Iterations for the sizes of a band: "band_iters SIZE" prints "ITERS WARMUP".
 band_iters() {
@@ -132,9 +175,13 @@ fi
 mkdir -p "$outdir" || exit 1
 failed=0
 
+# Bytes sent on lo so far (0 where the counter cannot be read).
+lo_bytes() { cat "$lo_stats" 2>/dev/null || echo 0; }
+
 # run LIB N COLL BMIN BMAX ITERS WARMUP: appends the rows of one band to $outdir/LIB.N.COLL
 # as "size count time_us wrong_out wrong_in" (the best time and the most wrong values of
-# the $repeat runs), or FAIL lines when a run failed.
+# the $repeat runs), or FAIL lines when a run failed. LIB is chorus, ompi or gloo-ALGO.
+# The bytes lo carried meanwhile are added up in $outdir/LIB.N.COLL.lo.
 run() {
     lib=$1 n=$2 coll=$3 blo=$4 bhi=$5
     args="$coll -b $blo -e $bhi -f $factor -n $6 -w $7 -c 1"
@@ -142,9 +189,19 @@ run() {
     # MPIRUN_ARGS and args are word lists, split on purpose.
     # shellcheck disable=SC2086
     case $lib in
-    chorus) set -- "$BUILD/bin/chorusrun" -n "$n" -- "$BUILD/bin/chorus-bench" ;;
+    chorus)
+        if [ "$transport" = tcp ]; then
+            set -- env CHORUS_TRANSPORT=tcp "$BUILD/bin/chorusrun" -n "$n" -- \
+                "$BUILD/bin/chorus-bench"
+        else
+            set -- "$BUILD/bin/chorusrun" -n "$n" -- "$BUILD/bin/chorus-bench"
+        fi
+        ;;
     ompi) set -- "$MPIRUN" $MPIRUN_ARGS -np "$n" "$BUILD/bin/ompi-bench" ;;
-    gloo) set -- sh "$here/gloo/gloorun.sh" -n "$n" "$BUILD/bin/gloo-bench" ;;
+    gloo-*)
+        set -- env GLOO_BENCH_ALGO="${lib#gloo-}" sh "$here/gloo/gloorun.sh" -n "$n" \
+            "$BUILD/bin/gloo-bench"
+        ;;
     esac
     want=$(echo "$sizes" | awk -v lo="$blo" -v hi="$bhi" '{ for (i = 1; i <= NF; i++)
         if ($i + 0 >= lo + 0 && $i + 0 <= hi + 0) c++ } END { print c + 0 }')
@@ -152,15 +209,24 @@ run() {
     k=0 ok=1
     while [ "$k" -lt "$repeat" ] && [ "$ok" -eq 1 ]; do
         echo "## $* $args" >>"$raw"
+        lo0=$(lo_bytes)
+        # A run past the timeout gets SIGTERM (the launchers pass it on to their ranks),
+        # then SIGKILL 10 s later.
         # shellcheck disable=SC2086
-        timeout "$TIMEOUT" "$@" $args >"$raw.band" 2>&1
+        timeout -k 10 "$TIMEOUT" "$@" $args >"$raw.band" 2>&1
         rc=$?
+        lo1=$(lo_bytes)
+        echo $((lo1 - lo0)) >>"$outdir/$lib.$n.$coll.lo"
         cat "$raw.band" >>"$raw"
         # Rows are the lines whose first field (after chorusrun's "[0] ") is a number.
         sed -e 's/^\[[0-9]*\] *//' "$raw.band" |
             awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $2, $6, $9, $13 }' >"$raw.one"
         got=$(wc -l <"$raw.one")
-        if [ "$rc" -ne 0 ] || [ "$got" -ne "$want" ]; then
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            echo "compare: $lib -n $n $args timed out after $TIMEOUT s (COMPARE_TIMEOUT)" \
+                "with $got of $want rows; see $raw" >&2
+            ok=0
+        elif [ "$rc" -ne 0 ] || [ "$got" -ne "$want" ]; then
             echo "compare: $lib -n $n $args failed (exit $rc, $got of $want rows); see $raw" >&2
             ok=0
         elif [ "$k" -eq 0 ]; then
@@ -182,13 +248,21 @@ run() {
     rm -f "$raw.band" "$raw.one" "$raw.rows"
 }
 
-# Runs every library over every band of sizes for one rank count and collective.
+# Runs every library over every band of sizes for one rank count and collective, then
+# merges the Gloo algorithms into $outdir/gloo.N.COLL.
 run_all() {
     n=$1 coll=$2
-    for lib in chorus ompi gloo; do
+    glibs=""
+    if [ "$coll" = allgather ]; then
+        glibs=gloo-ring
+    else
+        for a in $gloo_algos; do glibs="$glibs gloo-$a"; done
+    fi
+    for lib in chorus ompi $glibs; do
         : >"$outdir/$lib.$n.$coll"
+        : >"$outdir/$lib.$n.$coll.lo"
         [ "$lib" = ompi ] && [ -n "$ompi_skip" ] && continue
-        [ "$lib" = gloo ] && [ -n "$gloo_skip" ] && continue
+        case $lib in gloo-*) [ -n "$gloo_skip" ] && continue ;; esac
         lo="" prev_band=""
         for s in $sizes; do
             band=$(band_iters "$s")
@@ -203,16 +277,54 @@ run_all() {
         # shellcheck disable=SC2086
         [ -n "$lo" ] && run "$lib" "$n" "$coll" "$lo" "$hi" $prev_band
     done
+    # shellcheck disable=SC2086
+    merge_gloo "$n" "$coll" $glibs
+}
+
+# merge_gloo N COLL GLOO-LIB...: for every size the fastest correct row of the Gloo
+# algorithms goes to $outdir/gloo.N.COLL and its algorithm's name to gloo.N.COLL.algo. A
+# size where every algorithm failed stays FAIL (and a failed algorithm already set the
+# exit status); nothing at all when Gloo was skipped.
+merge_gloo() {
+    n=$1 coll=$2
+    shift 2
+    : >"$outdir/gloo.$n.$coll"
+    : >"$outdir/gloo.$n.$coll.algo"
+    [ -n "$gloo_skip" ] && return
+    for g in "$@"; do
+        awk -v algo="${g#gloo-}" '{ print FNR, algo, $0 }' "$outdir/$g.$n.$coll"
+    done | awk -v out="$outdir/gloo.$n.$coll" -v names="$outdir/gloo.$n.$coll.algo" '
+        {
+            i = $1; if (i > rows) rows = i
+            if ($3 == "FAIL" || $6 != 0 || $7 != 0) next
+            if (!(i in best) || $5 < t[i]) {
+                best[i] = $3 " " $4 " " $5 " " $6 " " $7; t[i] = $5; name[i] = $2
+            }
+        }
+        END {
+            for (i = 1; i <= rows; i++) {
+                print (i in best ? best[i] : "FAIL") >out
+                print (i in best ? name[i] : "-") >names
+            }
+        }'
 }
 
 # Prints the table of one rank count and collective from the three row files.
 table() {
     n=$1 coll=$2
     echo
-    echo "# $coll float32, $n ranks: busbw (GB/s) from the slowest rank's out-of-place time;"
-    echo "# ratios are Chorus busbw / peer busbw"
-    paste -d '|' "$outdir/chorus.$n.$coll" "$outdir/ompi.$n.$coll" "$outdir/gloo.$n.$coll" |
-        awk -F '|' -v n="$n" -v coll="$coll" -v sizes="$sizes" '
+    best=0
+    [ "$coll" = allreduce ] && [ "$ngloo" -gt 1 ] && best=1
+    if [ "$transport" = tcp ]; then
+        echo "# $coll float32, $n ranks over loopback tcp: busbw (GB/s) from the slowest rank's"
+        echo "# out-of-place time; ratios are Chorus busbw / peer busbw"
+    else
+        echo "# $coll float32, $n ranks: busbw (GB/s) from the slowest rank's out-of-place time;"
+        echo "# ratios are Chorus busbw / peer busbw"
+    fi
+    paste -d '|' "$outdir/chorus.$n.$coll" "$outdir/ompi.$n.$coll" "$outdir/gloo.$n.$coll" \
+        "$outdir/gloo.$n.$coll.algo" |
+        awk -F '|' -v n="$n" -v coll="$coll" -v sizes="$sizes" -v best="$best" '
         function bw(row, f,   a) {
             if (row == "") return "-"
             if (row == "FAIL") return "FAIL"
@@ -235,13 +347,27 @@ table() {
         BEGIN {
             split(sizes, sz, " ")
             f = coll == "allgather" ? (n - 1) / n : 2 * (n - 1) / n
-            printf "%12s  %9s  %9s  %9s  %11s  %11s\n", "size (B)", "chorus", "ompi", "gloo",
-                   "chorus/ompi", "chorus/gloo"
+            if (best)
+                printf "%12s  %9s  %9s  %9s  %11s  %11s  %s\n", "size (B)", "chorus", "ompi",
+                       "gloo-best", "chorus/ompi", "chorus/gloo", "gloo-algo"
+            else
+                printf "%12s  %9s  %9s  %9s  %11s  %11s\n", "size (B)", "chorus", "ompi", "gloo",
+                       "chorus/ompi", "chorus/gloo"
         }
         {
             c = bw($1, f); o = bw($2, f); g = bw($3, f)
-            printf "%12s  %s  %s  %s  %s  %s\n", sz[NR], show(c), show(o), show(g),
-                   ratio(c, o), ratio(c, g)
+            if (best)
+                printf "%12s  %s  %s  %s  %s  %s  %s\n", sz[NR], show(c), show(o), show(g),
+                       ratio(c, o), ratio(c, g), ($4 == "" ? "-" : $4)
+            else
+                printf "%12s  %s  %s  %s  %s  %s\n", sz[NR], show(c), show(o), show(g),
+                       ratio(c, o), ratio(c, g)
+            # The worst ratios from 64 KiB up, where the acceptance compares.
+            if (sz[NR] + 0 >= 65536) {
+                if (num(c) && num(o) && o > 0 && (wo == "" || c / o < wo)) { wo = c / o; wos = sz[NR] }
+                if (num(c) && num(g) && g > 0 && (wg == "" || c / g < wg)) { wg = c / g; wgs = sz[NR] }
+                big = 1
+            }
             # The latency line uses the smallest size that moves data.
             if (latsize == "" && $1 != "FAIL" && $1 != "") {
                 split($1, a, " ")
@@ -253,11 +379,32 @@ table() {
         END {
             if (latsize != "")
                 printf "# %s B latency (us): chorus %s  ompi %s  gloo %s\n", latsize, lc, lo, lg
+            if (big)
+                printf "# worst ratio from 64 KiB: chorus/ompi %s%s  chorus/gloo %s%s\n",
+                       (wo == "" ? "-" : sprintf("%.2f", wo)), (wo == "" ? "" : " at " wos),
+                       (wg == "" ? "-" : sprintf("%.2f", wg)), (wg == "" ? "" : " at " wgs)
         }'
+    if [ "$transport" = tcp ]; then
+        # Byte counts pass the shell's arithmetic by: awk adds them up.
+        mb() { cat "$@" 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s / 1e6 }'; }
+        printf "# lo carried (MB): chorus %s  ompi %s  gloo %s\n" \
+            "$(mb "$outdir/chorus.$n.$coll.lo")" "$(mb "$outdir/ompi.$n.$coll.lo")" \
+            "$(mb "$outdir"/gloo-*."$n.$coll".lo)"
+    fi
 }
 
-echo "# compare: sizes $min..$max factor $factor, ranks $ranks, collectives $colls," \
-    "best of $repeat run(s), $(nproc) cores, raw tables in $outdir"
+if [ "$transport" = tcp ]; then
+    echo "# compare: transport tcp (loopback), sizes $min..$max factor $factor, ranks $ranks," \
+        "collectives $colls, gloo algorithms $gloo_algos, best of $repeat run(s)," \
+        "$(nproc) cores, raw tables in $outdir"
+    echo "# mpirun args: $MPIRUN_ARGS"
+elif [ "$ngloo" -gt 1 ]; then
+    echo "# compare: sizes $min..$max factor $factor, ranks $ranks, collectives $colls," \
+        "gloo algorithms $gloo_algos, best of $repeat run(s), $(nproc) cores, raw tables in $outdir"
+else
+    echo "# compare: sizes $min..$max factor $factor, ranks $ranks, collectives $colls," \
+        "best of $repeat run(s), $(nproc) cores, raw tables in $outdir"
+fi
 start=$(date +%s)
 for coll in $colls; do
     for n in $ranks; do

@@ -287,10 +287,13 @@ chorus_status_t tcp_irecv(chorus_tp_t *tp, int peer, void *buf, size_t bytes, ch
     req->kind = TCP_REQ_RECV;
     if (pp->rq_tail != NULL) {
         pp->rq_tail->next = req;
+        pp->rq_tail = req;
     } else {
-        pp->rq_head = req;
+        /* The first receive on an idle connection: the message is often in the socket
+         * already (the peer sent first), and reading it now saves a round of progress(). */
+        pp->rq_head = pp->rq_tail = req;
+        recv_peer(tp, peer);
     }
-    pp->rq_tail = req;
     return CHORUS_SUCCESS;
 }
 
