@@ -134,6 +134,8 @@ static void tune_local_params(int rank, chorus_tune_params_t *p)
     p->recv_ns[CHORUS_TUNE_SHM] *= s;
     s = m.reduce_ns / TUNE_REF_REDUCE_NS;
     p->reduce_ns *= s < 0.5 ? 0.5 : s > 2.0 ? 2.0 : s;
+    p->raw_copy_ns = m.copy_ns;
+    p->raw_reduce_ns = m.reduce_ns;
     CHORUS_INFO("tune", "rank %d: measured copy %.3f ns/B, reduce %.3f ns/B", rank, m.copy_ns,
                 m.reduce_ns);
 }

@@ -40,6 +40,11 @@ typedef struct {
     double wire_ns[CHORUS_TUNE_NKINDS];  /* link time per byte (serialised per direction) */
     double copy_ns;   /* memcpy per byte */
     double reduce_ns; /* float32 sum per byte of one input (other dtypes scaled) */
+    /* The same two as plain kernel rates on cache-resident data (memcpy, float32 sum), for
+     * the arena, whose copies are exactly that when every rank has a core of its own. The
+     * two above are effective rates fitted to shm point-to-point runs. */
+    double raw_copy_ns;
+    double raw_reduce_ns;
     double step_us;   /* engine overhead per step */
     double switch_us; /* a wait on an oversubscribed host: the context switch */
     double sync_us;   /* one arena synchronisation, host not oversubscribed */

@@ -32,6 +32,8 @@ void chorus__tune_params_default(chorus_tune_params_t *p)
     p->recv_ns[CHORUS_TUNE_TCP] = 0.25;
     p->copy_ns = 0.12;
     p->reduce_ns = 0.15;
+    p->raw_copy_ns = 0.024;
+    p->raw_reduce_ns = 0.065;
     p->step_us = 0.2;
     p->switch_us = 1.0;
     p->sync_us = 0.5;
@@ -52,6 +54,8 @@ static double *tune_param_slot(chorus_tune_params_t *p, const char *key)
     } scalars[] = {
         {"copy_ns", offsetof(chorus_tune_params_t, copy_ns)},
         {"reduce_ns", offsetof(chorus_tune_params_t, reduce_ns)},
+        {"raw_copy_ns", offsetof(chorus_tune_params_t, raw_copy_ns)},
+        {"raw_reduce_ns", offsetof(chorus_tune_params_t, raw_reduce_ns)},
         {"step_us", offsetof(chorus_tune_params_t, step_us)},
         {"switch_us", offsetof(chorus_tune_params_t, switch_us)},
         {"sync_us", offsetof(chorus_tune_params_t, sync_us)},
@@ -172,6 +176,7 @@ int chorus__tune_params_write(const chorus_tune_params_t *p, FILE *out)
             p->copy_ns, p->reduce_ns, p->step_us, p->switch_us);
     fprintf(out, "sync_us = %.4g\nllc_mb = %.4g\ndram_factor = %.4g\n", p->sync_us, p->llc_mb,
             p->dram_factor);
+    fprintf(out, "raw_copy_ns = %.4g\nraw_reduce_ns = %.4g\n", p->raw_copy_ns, p->raw_reduce_ns);
     for (int k = 0; k < CHORUS_TUNE_NKINDS; k++)
         fprintf(out, "%s.alpha_us = %.4g\n%s.send_ns = %.4g\n%s.recv_ns = %.4g\n%s.wire_ns = %.4g\n",
                 tune_kind_names[k], p->alpha_us[k], tune_kind_names[k], p->send_ns[k],
