@@ -81,6 +81,7 @@ static void case_mismatch(int rank, int by_count, chorus_comm_t comm)
     snprintf(who, sizeof who, "rank %d called", rank == 0 ? 1 : 0);
     expect_error(st, CHORUS_ERR_MISMATCH, who, rank);
     expect(guards_intact(buf, count), rank, "%s", "the call wrote outside its buffer");
+    free((unsigned char *)buf - GUARD);
 }
 
 static void case_timeout(int rank, int n, chorus_comm_t comm)
