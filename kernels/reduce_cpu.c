@@ -62,6 +62,10 @@
         for (size_t j = 0; j < i; j++)                                                             \
             d[j] = name##_##op(a[j], b[j]);                                                        \
         for (; i + NATIVE_BLOCK <= n; i += NATIVE_BLOCK) {                                         \
+            for (size_t l = 0; l < sizeof(tmp); l += 64) {                                         \
+                CHORUS__PREFETCH((const char *)(a + i) + STREAM_PREFETCH + l);                     \
+                CHORUS__PREFETCH((const char *)(b + i) + STREAM_PREFETCH + l);                     \
+            }                                                                                      \
             KSFX(name##_##op##_3)(tmp, a + i, b + i);                                              \
             chorus__kernel_stream(d + i, tmp, sizeof(tmp));                                        \
         }                                                                                          \

@@ -25,6 +25,17 @@
 /* Elements per block of the native types: a multiple of every vector length (up to 64
  * int8 lanes). fp16 and bf16 use larger blocks: their loops are compute-bound. */
 #define NATIVE_BLOCK 64
+
+/* Streaming loops read two or more sources from memory; the hardware prefetcher follows
+ * one stream well and several less so. Asking for the lines STREAM_PREFETCH bytes ahead
+ * keeps enough reads in flight to cover memory latency. A prefetch never faults, so
+ * running past the end of a source is harmless. */
+#define STREAM_PREFETCH 4096
+#if defined(__GNUC__)
+#define CHORUS__PREFETCH(p) __builtin_prefetch((p), 0, 0)
+#else
+#define CHORUS__PREFETCH(p) ((void)(p))
+#endif
 #define HALF_BLOCK 256
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
