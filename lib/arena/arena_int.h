@@ -130,9 +130,6 @@ chorus_status_t arena__wait_slow(chorus_arena_t *a, uint64_t step, int first, in
  * returns status. */
 chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status);
 
-/* Nonzero if pid names a process that is gone (or a zombie). */
-int arena__pid_dead(uint32_t pid);
-
 /* Returns once local ranks [first, end) have published step (or an error naming who did
  * not). */
 static inline chorus_status_t arena__wait_range(chorus_arena_t *a, uint64_t step, int first,

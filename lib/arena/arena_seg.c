@@ -10,6 +10,8 @@
  */
 #include "arena/arena_int.h"
 
+#include "util/proc.h"
+
 #include "bootstrap/bootstrap.h"
 #include "util/auth.h"
 #include "util/config.h"
@@ -69,13 +71,6 @@ void arena__layout(uint32_t nlocal, uint64_t flat_slot, uint64_t chunk, uint64_t
     *stage_off_p = stage_off;
     *res_off_p = res_off;
     *total_p = align_up(res_off + 2 * chunk, ARENA_PAGE);
-}
-
-static uint64_t arena_pidns(void)
-{
-    struct stat st;
-
-    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
 /* HMAC(secret, label | comm_id | nlocal | flat_slot | chunk | total | nonce): proves that the
@@ -303,7 +298,7 @@ static chorus_status_t arena_join(chorus_arena_t *a, const chorus_arena_params_t
                                   const arena_block_t *blocks)
 {
     const arena_block_t *owner = NULL;
-    uint64_t pidns = arena_pidns();
+    uint64_t pidns = chorus__pidns();
     chorus_status_t status;
 
     for (int r = 0; r < a->n; r++) {
@@ -385,7 +380,7 @@ chorus_status_t chorus__arena_create(const chorus_arena_params_t *params,
         arena_block_t *b = &blocks[p->rank < p->nlocal ? p->rank : 0];
 
         memcpy(b->name, name, sizeof name);
-        b->pidns = arena_pidns();
+        b->pidns = chorus__pidns();
         b->pid = (uint32_t)getpid();
         b->rank = p->rank;
         b->local_index = p->local_index;

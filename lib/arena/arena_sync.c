@@ -12,16 +12,14 @@
 #include "arena/arena_int.h"
 
 #include "util/clock.h"
+#include "util/proc.h"
 #include "util/status.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,19 +27,6 @@
 #define ARENA_CHECK_NS 50000000ULL
 /* Longest single futex sleep, so the abort flag is seen promptly. */
 #define ARENA_SLEEP_NS 10000000ULL
-
-static void arena_futex_wake(_Atomic uint32_t *word)
-{
-    /* Not FUTEX_WAKE_PRIVATE: the word is shared between processes. */
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-static void arena_futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
-
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
-}
 
 void arena__publish(chorus_arena_t *a, uint64_t step)
 {
@@ -52,7 +37,7 @@ void arena__publish(chorus_arena_t *a, uint64_t step)
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&a->hdr->sleepers, memory_order_relaxed) != 0) {
         atomic_fetch_add_explicit(&a->hdr->bell, 1, memory_order_relaxed);
-        arena_futex_wake(&a->hdr->bell);
+        chorus__futex_wake(&a->hdr->bell, INT_MAX);
     }
 }
 
@@ -62,27 +47,8 @@ chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status)
     atomic_store_explicit(&a->ctl[a->me].failed, (int32_t)status, memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
     atomic_fetch_add_explicit(&a->hdr->bell, 1, memory_order_relaxed);
-    arena_futex_wake(&a->hdr->bell);
+    chorus__futex_wake(&a->hdr->bell, INT_MAX);
     return status;
-}
-
-int arena__pid_dead(uint32_t pid)
-{
-    char path[64], stat[256];
-    const char *paren;
-    FILE *f;
-    size_t n;
-
-    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
-    /* A zombie still answers kill(); its state in /proc tells. */
-    snprintf(path, sizeof path, "/proc/%u/stat", pid);
-    f = fopen(path, "re");
-    if (f == NULL) return 0;
-    n = fread(stat, 1, sizeof stat - 1, f);
-    fclose(f);
-    stat[n] = '\0';
-    paren = strrchr(stat, ')');
-    return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
 /* The first local rank in [r, end) that has not published step (end: none). */
@@ -116,7 +82,7 @@ static chorus_status_t arena_check_peers(chorus_arena_t *a, uint64_t step, int f
             return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank %d failed (%s)",
                                  a->rank, what, a->ranks[r],
                                  chorus_status_string((chorus_status_t)failed));
-        if (check_pids && a->pid_check[r] && arena__pid_dead(a->pids[r]))
+        if (check_pids && a->pid_check[r] && chorus__pid_dead(a->pids[r]))
             return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank %d (pid %u) died",
                                  a->rank, what, a->ranks[r], a->pids[r]);
     }
@@ -130,7 +96,7 @@ static void arena_sleep(chorus_arena_t *a, uint64_t step, int first, int end, ui
 
     atomic_fetch_add_explicit(&a->hdr->sleepers, 1, memory_order_seq_cst);
     bell = atomic_load_explicit(&a->hdr->bell, memory_order_seq_cst);
-    if (arena_missing(a, step, first, end) < end) arena_futex_wait(&a->hdr->bell, bell, ns);
+    if (arena_missing(a, step, first, end) < end) chorus__futex_wait(&a->hdr->bell, bell, ns);
     atomic_fetch_sub_explicit(&a->hdr->sleepers, 1, memory_order_relaxed);
 }
 

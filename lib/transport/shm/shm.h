@@ -222,19 +222,11 @@ typedef struct {
 void shm_notify(shm_peer_t *p);
 chorus_status_t shm_peer_fail(shm_tp_t *tp, shm_peer_t *p, chorus_status_t status,
                               const char *fmt, ...) CHORUS_PRINTF(4, 5);
-int shm_pid_dead(uint32_t pid);
 
 chorus_status_t shm_init(const chorus_tp_params_t *params, chorus_tp_t **tp_p);
 chorus_status_t shm_get_addr(chorus_tp_t *tp, void *blob, size_t *len_p);
 chorus_status_t shm_connect_all(chorus_tp_t *tp, const uint8_t *peer_mask, const void *blobs,
                                 uint64_t deadline_ns);
 void shm_fini(chorus_tp_t *tp);
-
-/* Inode of this process's pid namespace, 0 if unknown. */
-uint64_t shm_pidns(void);
-
-/* Futex on a shared (not process-private) word. */
-int shm_futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_us);
-void shm_futex_wake(_Atomic uint32_t *word);
 
 #endif

@@ -10,6 +10,7 @@
  * more, so we unlink it: a job that crashes after setup leaves nothing in /dev/shm.
  */
 #include "transport/shm/shm.h"
+#include "util/proc.h"
 
 #include "util/auth.h"
 #include "util/clock.h"
@@ -163,7 +164,7 @@ static chorus_status_t setup_check(shm_tp_t *tp, uint64_t deadline_ns)
         shm_peer_t *p = &tp->peers[i];
 
         if (p->attached && p->verified) continue;
-        if (!p->pid_check || !shm_pid_dead(p->blob.pid)) continue;
+        if (!p->pid_check || !chorus__pid_dead(p->blob.pid)) continue;
         /* A peer needs nothing from us once we attached to its segment: it may attach to
          * ours, finish its connect_all, run and exit between our last look at its ring
          * and the pid check above. Look again now that it is known dead: only what it
@@ -191,7 +192,7 @@ static chorus_status_t setup_check(shm_tp_t *tp, uint64_t deadline_ns)
 
 static chorus_status_t make_peers(shm_tp_t *tp, const uint8_t *peer_mask, const void *blobs)
 {
-    uint64_t pidns = shm_pidns();
+    uint64_t pidns = chorus__pidns();
     chorus_status_t status;
 
     for (int r = 0; r < tp->nranks; r++) tp->npeers += peer_mask[r] && r != tp->rank;

@@ -5,6 +5,7 @@
  * is used, and its HMAC token must prove the job secret.
  */
 #include "transport/shm/shm.h"
+#include "util/proc.h"
 
 #include "util/auth.h"
 #include "util/status.h"
@@ -12,7 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <linux/futex.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,7 +101,7 @@ chorus_status_t shm_seg_layout(shm_seg_t *seg, const chorus_tp_params_t *params,
     hdr->ring_size = ring_size;
     hdr->rings_off = rings_off;
     hdr->ring_stride = stride;
-    hdr->pidns = shm_pidns();
+    hdr->pidns = chorus__pidns();
     CHORUS_CHECK_GOTO(chorus__random_bytes(hdr->nonce, sizeof(hdr->nonce)), err_unmap);
     CHORUS_CHECK_GOTO(shm_token(params->secret, "chorus-shm-seg", params->comm_id, params->rank,
                                 params->rank, hdr->nonce, hdr->token),
@@ -326,7 +325,7 @@ void shm_blob_fill(shm_blob_t *blob, const shm_seg_t *seg, uint64_t comm_id, int
     blob->rank = rank;
     blob->pid = (uint32_t)getpid();
     blob->comm_id = comm_id;
-    blob->pidns = shm_pidns();
+    blob->pidns = chorus__pidns();
     snprintf(blob->name, sizeof(blob->name), "%s", seg->name);
 }
 
@@ -345,22 +344,3 @@ chorus_status_t shm_blob_check(const shm_blob_t *blob, uint64_t comm_id, int ran
     return CHORUS_SUCCESS;
 }
 
-uint64_t shm_pidns(void)
-{
-    struct stat st;
-
-    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
-int shm_futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_us)
-{
-    struct timespec ts = {(time_t)(timeout_us / 1000000), (long)(timeout_us % 1000000) * 1000};
-
-    /* Not FUTEX_WAIT_PRIVATE: the word is shared with other processes. */
-    return (int)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
-}
-
-void shm_futex_wake(_Atomic uint32_t *word)
-{
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, 1, NULL, NULL, 0);
-}

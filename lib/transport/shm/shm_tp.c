@@ -10,12 +10,12 @@
  * nothing but one load while nobody sleeps.
  */
 #include "transport/shm/shm.h"
+#include "util/proc.h"
 
 #include "util/clock.h"
 #include "util/log.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,27 +27,8 @@ void shm_notify(shm_peer_t *p)
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load(&hdr->sleeping)) {
         atomic_fetch_add(&hdr->doorbell, 1);
-        shm_futex_wake(&hdr->doorbell);
+        chorus__futex_wake(&hdr->doorbell, 1);
     }
-}
-
-int shm_pid_dead(uint32_t pid)
-{
-    char path[64], stat[256];
-    const char *paren;
-    FILE *f;
-    size_t n;
-
-    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
-    /* A zombie still answers kill(); its state in /proc tells. */
-    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-    f = fopen(path, "re");
-    if (f == NULL) return 0;
-    n = fread(stat, 1, sizeof(stat) - 1, f);
-    fclose(f);
-    stat[n] = '\0';
-    paren = strrchr(stat, ')');
-    return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
 static void complete(chorus_tp_req_t *req, chorus_status_t status)
@@ -168,7 +149,7 @@ static chorus_status_t peer_check(shm_tp_t *tp, shm_peer_t *p)
         return CHORUS_SUCCESS;
     }
     closed = atomic_load(&p->seg.hdr->closed) != 0;
-    dead = !closed && p->pid_check && shm_pid_dead(p->blob.pid);
+    dead = !closed && p->pid_check && chorus__pid_dead(p->blob.pid);
     if (!closed && !dead) return CHORUS_SUCCESS;
     /* Its last messages may still be in our ring: deliver them first. */
     if (peer_rx(tp, p) != CHORUS_SUCCESS && p->failed != CHORUS_SUCCESS) return p->failed;
@@ -309,7 +290,7 @@ static chorus_status_t shm_wait(chorus_tp_t *tp_, uint64_t timeout_us)
     atomic_store(&hdr->sleeping, 1);
     bell = atomic_load(&hdr->doorbell);
     atomic_thread_fence(memory_order_seq_cst);
-    if (!has_work(tp) && timeout_us > 0) shm_futex_wait(&hdr->doorbell, bell, timeout_us);
+    if (!has_work(tp) && timeout_us > 0) chorus__futex_wait(&hdr->doorbell, bell, timeout_us * 1000);
     atomic_store(&hdr->sleeping, 0);
     /* What it finds is returned by the next progress(), like any peer failure. */
     check_peers(tp, 0);
