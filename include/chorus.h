@@ -225,6 +225,20 @@ chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collect
                                          const char *algorithm, size_t count,
                                          chorus_dtype_t dtype, double *us_p);
 
+/* Records a measured decision in the calibration file the tuner reads when a communicator
+ * is created (CHORUS_TUNE_FILE, else $XDG_CACHE_HOME/chorus/tune-<hostname>.conf or
+ * ~/.cache/chorus/...): communicators shaped like comm (the transport between same-host
+ * ranks, the numbers of ranks and hosts) run `collective` of about `bytes` bytes (the size
+ * class of the nearest recorded size, within 4x) with `algorithm` and a pipeline chunk of
+ * chunk_bytes, unless CHORUS_ALGO forces another. Replaces an earlier record of the same
+ * collective, shape and size; keeps every other line. Local, and it writes a file: call it
+ * on one rank (chorus-bench calibrate measures every algorithm and records the fastest).
+ * CHORUS_ERR_INVALID_ARGUMENT for a NULL comm or name, an unknown collective or algorithm,
+ * one that does not implement the collective, or a size of 0 or above 1 TiB;
+ * CHORUS_ERR_SYSTEM, naming the path, when the file cannot be written. */
+chorus_status_t chorus_tune_record(chorus_comm_t comm, const char *collective, size_t bytes,
+                                   const char *algorithm, size_t chunk_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -201,8 +201,14 @@ chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collect
         return chorus__error(CHORUS_ERR_UNSUPPORTED, "rank %d: %s: the cost model is off "
                              "(CHORUS_TUNE=0)", comm->rank, fn);
     if (coll == CHORUS_COLL_BARRIER) count = 0;
+    /* The chunk the call would run with: the tuner's for its own pick. */
     status = chorus__tune_predict(comm->tune, (chorus_coll_t)coll, (chorus_algo_t)algo, count,
-                                  dtype, comm->chunk_bytes, &us);
+                                  dtype,
+                                  chorus__select_chunk_count(comm, (chorus_coll_t)coll,
+                                                             (chorus_algo_t)algo, bytes,
+                                                             chorus_dtype_size(dtype)) *
+                                      chorus_dtype_size(dtype),
+                                  &us);
     if (status == CHORUS_ERR_UNSUPPORTED)
         return chorus__error(status, "rank %d: %s: %s does not implement %s here", comm->rank,
                              fn, chorus__algo_name((chorus_algo_t)algo), collective);

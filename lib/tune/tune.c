@@ -21,8 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Size classes: floor(log2(bytes)), 0..63. */
-#define TUNE_NCLASSES 64
 /* What the quick measurement gives on the development machine, so that another machine's
  * copy and reduce rates scale the built-in defaults instead of replacing fitted values. */
 #define TUNE_REF_COPY_NS 0.024
@@ -40,7 +38,7 @@ struct chorus_tune {
     int *host_of; /* the topology's copy */
     int corr_row; /* 1 when any pair of ranks talks over tcp */
     unsigned evaluations;
-    tune_entry_t cache[CHORUS_NUM_COLLS][TUNE_NCLASSES];
+    tune_entry_t cache[CHORUS_NUM_COLLS][CHORUS_TUNE_NCLASSES];
 };
 
 static const uint64_t tune_chunks[] = {64u << 10, 256u << 10, 1u << 20, 4u << 20};
@@ -104,23 +102,26 @@ static int tune_cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* This rank's parameters: the calibration file, else defaults scaled by a quick
- * measurement of this machine's copy and reduce rates. */
-static void tune_local_params(int rank, chorus_tune_params_t *p)
+/* This rank's parameters: the calibration file (its numbers, and its rules for this
+ * communicator's shape), else defaults scaled by a quick measurement of this machine's
+ * copy and reduce rates. */
+static void tune_local_params(int rank, const char *scope, chorus_tune_params_t *p)
 {
     char path[512];
     chorus_tune_params_t m;
     double s;
 
     chorus__tune_params_default(p);
+    snprintf(p->rule_scope, sizeof p->rule_scope, "%s", scope);
     chorus__tune_file_path(path, sizeof path);
     if (access(path, R_OK) == 0) {
         if (chorus__tune_params_load(path, p) == CHORUS_SUCCESS) {
-            CHORUS_INFO("tune", "rank %d: parameters from %s", rank, path);
-            return;
+            CHORUS_INFO("tune", "rank %d: parameters and %s rules from %s", rank, scope, path);
+            if (p->from_file) return;
+        } else {
+            CHORUS_WARN("tune", "rank %d: ignoring %s: %s", rank, path, chorus_last_error());
+            chorus__tune_params_default(p);
         }
-        CHORUS_WARN("tune", "rank %d: ignoring %s: %s", rank, path, chorus_last_error());
-        chorus__tune_params_default(p);
     }
     if (chorus__config_int("CHORUS_TUNE_MEASURE", 1) == 0) return;
     m = *p;
@@ -170,8 +171,20 @@ out:
     return status;
 }
 
+/* What same-host peers use (every rank of a single-rank comm: self). */
+static int tune_local_kind(const struct chorus_comm *comm)
+{
+    int kind = comm->nranks > 1 ? CHORUS_TUNE_SHM : CHORUS_TUNE_SELF;
+
+    for (int q = 0; q < comm->nranks; q++)
+        if (q != comm->rank && comm->host_of[q] == comm->host_of[comm->rank])
+            kind = comm->peer_kind[q] == CHORUS_PEER_TCP ? CHORUS_TUNE_TCP : CHORUS_TUNE_SHM;
+    return kind;
+}
+
 chorus_status_t chorus__tune_create(struct chorus_comm *comm, chorus_tune_t **tune_p)
 {
+    char scope[32];
     chorus_tune_params_t p;
     chorus_tune_topo_t topo;
     chorus_status_t status;
@@ -193,23 +206,12 @@ chorus_status_t chorus__tune_create(struct chorus_comm *comm, chorus_tune_t **tu
         *tune_p = NULL;
         return CHORUS_SUCCESS;
     }
-    tune_local_params(comm->rank, &p);
-    cores = p.cores > 0 ? p.cores : tune_cores();
-    if (comm->nranks > 1) {
-        status = tune_agree(comm, &p, &cores);
-        if (status != CHORUS_SUCCESS) return status;
-    }
     memset(&topo, 0, sizeof topo);
     topo.rank = comm->rank;
     topo.nranks = comm->nranks;
     topo.nhosts = comm->nhosts;
     topo.host_of = comm->host_of;
-    topo.cores = cores;
-    topo.local_kind = CHORUS_TUNE_SHM;
-    for (int q = 0; q < comm->nranks; q++)
-        if (q != comm->rank && comm->host_of[q] == comm->host_of[comm->rank])
-            topo.local_kind = comm->peer_kind[q] == CHORUS_PEER_TCP ? CHORUS_TUNE_TCP
-                                                                    : CHORUS_TUNE_SHM;
+    topo.local_kind = tune_local_kind(comm);
     /* The busiest host sets the pace. */
     count = calloc((size_t)(comm->nhosts > 0 ? comm->nhosts : 1), sizeof *count);
     if (count == NULL)
@@ -217,6 +219,15 @@ chorus_status_t chorus__tune_create(struct chorus_comm *comm, chorus_tune_t **tu
     for (int q = 0; q < comm->nranks; q++)
         if (++count[comm->host_of[q]] > topo.nlocal) topo.nlocal = count[comm->host_of[q]];
     free(count);
+    chorus__tune_scope_format(scope, sizeof scope, topo.local_kind, comm->nranks,
+                              comm->nhosts > 0 ? comm->nhosts : 1);
+    tune_local_params(comm->rank, scope, &p);
+    cores = p.cores > 0 ? p.cores : tune_cores();
+    if (comm->nranks > 1) {
+        status = tune_agree(comm, &p, &cores);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    topo.cores = cores;
     if (comm->arena != NULL && chorus__arena_supports(comm->arena, CHORUS_COLL_ALLREDUCE)) {
         topo.has_arena = 1;
         topo.arena_flat_max = chorus__arena_flat_max(comm->arena);
@@ -254,17 +265,6 @@ static chorus_algo_t tune_fallback(chorus_coll_t coll, uint64_t bytes)
     case CHORUS_COLL_BARRIER: return CHORUS_ALGO_DISSEMINATION;
     default: return CHORUS_ALGO_RING;
     }
-}
-
-static int tune_class(uint64_t bytes)
-{
-    int c = 0;
-
-    while (bytes > 1) {
-        bytes >>= 1;
-        c++;
-    }
-    return c;
 }
 
 /* Evaluates every candidate of a class; logs them with CHORUS_DEBUG=info. */
@@ -319,18 +319,93 @@ static chorus_tune_choice_t tune_evaluate(chorus_tune_t *tune, chorus_coll_t col
     return best;
 }
 
+/* The calibration file's rule for this class, if there is one this comm can run. */
+static int tune_rule(chorus_tune_t *tune, chorus_coll_t coll, uint64_t bytes,
+                     uint64_t chunk_arg, chorus_tune_choice_t *choice_p)
+{
+    chorus_dtype_t dtype = bytes % 4 == 0 ? CHORUS_FLOAT32 : CHORUS_UINT8;
+    chorus_algo_t algo;
+    uint64_t chunk;
+    double us;
+
+    if (!chorus__tune_rule_find(&tune->params, coll, bytes, &algo, &chunk)) return 0;
+    if (chunk_arg != 0) chunk = chunk_arg;
+    if (chorus__tune_predict(tune, coll, algo, bytes / chorus_dtype_size(dtype), dtype, chunk,
+                             &us) != CHORUS_SUCCESS) {
+        CHORUS_WARN("tune", "%s of %llu bytes: the calibrated %s does not run here; using "
+                    "the model", chorus__coll_name(coll), (unsigned long long)bytes,
+                    chorus__algo_name(algo));
+        chorus__error_clear();
+        return 0;
+    }
+    CHORUS_INFO("tune", "%s of %llu bytes on %d ranks: %s (chunk %lluK), calibrated "
+                "(%s rule); the model predicts %.1f us", chorus__coll_name(coll),
+                (unsigned long long)bytes, tune->topo.nranks, chorus__algo_name(algo),
+                (unsigned long long)(chunk >> 10), tune->params.rule_scope, us);
+    choice_p->algo = algo;
+    choice_p->chunk_bytes = chunk;
+    choice_p->us = us;
+    return 1;
+}
+
 chorus_tune_choice_t chorus__tune_choose(chorus_tune_t *tune, chorus_coll_t coll, uint64_t bytes,
                                          uint64_t chunk_bytes)
 {
     tune_entry_t *e;
 
     if ((int)coll < 0 || coll >= CHORUS_NUM_COLLS) coll = CHORUS_COLL_ALLREDUCE;
-    e = &tune->cache[coll][tune_class(bytes)];
+    e = &tune->cache[coll][chorus__tune_class(bytes)];
     if (!e->valid || e->chunk_arg != chunk_bytes) {
-        e->choice = tune_evaluate(tune, coll, bytes, chunk_bytes);
+        if (!tune_rule(tune, coll, bytes, chunk_bytes, &e->choice))
+            e->choice = tune_evaluate(tune, coll, bytes, chunk_bytes);
         tune->evaluations++;
         e->chunk_arg = chunk_bytes;
         e->valid = 1;
     }
     return e->choice;
+}
+
+chorus_status_t chorus_tune_record(chorus_comm_t comm, const char *collective, size_t bytes,
+                                   const char *algorithm, size_t chunk_bytes)
+{
+    static const char fn[] = "chorus_tune_record";
+    char path[512], scope[32], key[128], value[64];
+    int coll = -1, algo;
+    chorus_status_t status;
+
+    chorus__error_clear();
+    if (comm == NULL) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
+    chorus__log_set_rank(comm->rank);
+    if (collective == NULL || algorithm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: %s is NULL",
+                             comm->rank, fn, collective == NULL ? "collective" : "algorithm");
+    for (int c = 0; c < CHORUS_NUM_COLLS; c++)
+        if (c != CHORUS_COLL_SENDRECV && strcmp(collective, chorus__coll_name((chorus_coll_t)c)) == 0)
+            coll = c;
+    if (coll < 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown collective "
+                             "\"%.64s\"", comm->rank, fn, collective);
+    algo = chorus__algo_parse(algorithm);
+    if (algo <= CHORUS_ALGO_AUTO)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: \"%.64s\" is not an "
+                             "algorithm", comm->rank, fn, algorithm);
+    if (!chorus__algo_supports((chorus_algo_t)algo, (chorus_coll_t)coll) &&
+        algo != CHORUS_ALGO_ARENA)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: %s does not implement "
+                             "%s", comm->rank, fn, algorithm, collective);
+    if (bytes == 0 || chunk_bytes == 0 || (uint64_t)bytes > ((uint64_t)1 << 40) ||
+        (uint64_t)chunk_bytes > ((uint64_t)1 << 40))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: %s of %zu bytes with "
+                             "chunk %zu: sizes must be 1 B to 1 TiB", comm->rank, fn, collective,
+                             bytes, chunk_bytes);
+    chorus__tune_scope_format(scope, sizeof scope, tune_local_kind(comm), comm->nranks,
+                              comm->nhosts > 0 ? comm->nhosts : 1);
+    snprintf(key, sizeof key, "rule.%s.%s.%zu", collective, scope, bytes);
+    snprintf(value, sizeof value, "%s %zu", chorus__algo_name((chorus_algo_t)algo), chunk_bytes);
+    chorus__tune_file_path(path, sizeof path);
+    status = chorus__tune_file_set(path, key, value);
+    if (status != CHORUS_SUCCESS)
+        return chorus__error_context(status, "rank %d: %s: %s", comm->rank, fn, key);
+    CHORUS_INFO("tune", "rank %d: %s = %s in %s", comm->rank, key, value, path);
+    return CHORUS_SUCCESS;
 }

@@ -30,6 +30,9 @@
 typedef struct chorus_tune chorus_tune_t;
 struct chorus_comm;
 
+/* Size classes of decisions: floor(log2(bytes)), 0..63. */
+#define CHORUS_TUNE_NCLASSES 64
+
 /* Transport kinds of the model (the values of chorus_peer_kind_t). */
 enum { CHORUS_TUNE_SELF = 0, CHORUS_TUNE_SHM = 1, CHORUS_TUNE_TCP = 2, CHORUS_TUNE_NKINDS = 3 };
 
@@ -54,6 +57,16 @@ typedef struct {
     /* Per-algorithm correction factors fitted from measurements (1: none), applied to the
      * whole prediction; [0] of each row is unused. Row 0: shm/self comms, row 1: tcp. */
     double corr[2][CHORUS_NUM_ALGOS];
+    /* 1 when the calibration file set any of the numbers above: the quick measurement at
+     * creation then leaves them alone. */
+    int from_file;
+    /* Measured decisions (tune_rules.c) for communicators of one shape, rule_scope
+     * ("<transport>.<ranks>x<hosts>", set before the file is read; rules of other shapes
+     * are skipped): per collective and size class, the algorithm (0: no rule) and the
+     * log2 of its pipeline chunk. */
+    char rule_scope[32];
+    uint8_t rule_algo[CHORUS_NUM_COLLS][CHORUS_TUNE_NCLASSES];
+    uint8_t rule_chunk_log2[CHORUS_NUM_COLLS][CHORUS_TUNE_NCLASSES];
 } chorus_tune_params_t;
 
 /* The communicator as the model sees it. */
@@ -126,6 +139,27 @@ unsigned chorus__tune_evaluations(const chorus_tune_t *tune);
 
 /* The parameters in use (tools). */
 const chorus_tune_params_t *chorus__tune_params(const chorus_tune_t *tune);
+
+/* ---- tune_rules.c: measured decisions in the calibration file ---- */
+
+/* floor(log2(bytes)), 0 for 0 and 1: the size class. */
+int chorus__tune_class(uint64_t bytes);
+/* The shape of a communicator as rules name it: "<transport>.<ranks>x<hosts>". */
+void chorus__tune_scope_format(char *buf, size_t len, int local_kind, int nranks, int nhosts);
+/* Parses the value of one "rule.<coll>.<scope>.<bytes>" key into p when its scope is
+ * p->rule_scope (and only checks it otherwise). CHORUS_ERR_INVALID_ARGUMENT with
+ * name:lineno in the message for a malformed key or value. */
+chorus_status_t chorus__tune_rule_parse(chorus_tune_params_t *p, const char *key, const char *val,
+                                        const char *name, int lineno);
+/* The rule for coll nearest to bytes' size class, at most two classes away (the
+ * calibration steps by 4x): 1 and the algorithm and chunk, else 0. */
+int chorus__tune_rule_find(const chorus_tune_params_t *p, chorus_coll_t coll, uint64_t bytes,
+                           chorus_algo_t *algo_p, uint64_t *chunk_p);
+/* Writes "key = value" into the file at path, replacing a line of the same key and keeping
+ * every other line; creates the file (and a missing last directory, 0700) when needed.
+ * The new file replaces the old one by rename, so a reader never sees half of it.
+ * CHORUS_ERR_SYSTEM naming the path on failure. */
+chorus_status_t chorus__tune_file_set(const char *path, const char *key, const char *value);
 
 /* ---- tune_sim.c: the simulation behind predict ---- */
 

@@ -20,8 +20,8 @@ static const char *const tune_corr_rows[2] = {"shm", "tcp"};
 void chorus__tune_params_default(chorus_tune_params_t *p)
 {
     memset(p, 0, sizeof *p);
-    /* Measured on the 2-core development machine with chorus-bench calibrate and fitted
-     * against chorus-bench --algo all at 2, 4 and 8 ranks (see bench/README.md). */
+    /* Fitted by hand against chorus-bench --algo all at 2, 4 and 8 ranks on the 2-core
+     * development machine; chorus-bench calibrate records measured decisions on top. */
     p->alpha_us[CHORUS_TUNE_SELF] = 0.05;
     p->alpha_us[CHORUS_TUNE_SHM] = 1.0;
     p->alpha_us[CHORUS_TUNE_TCP] = 12.0;
@@ -114,22 +114,25 @@ static chorus_status_t tune_parse_line(char *line, const char *name, int lineno,
     *eq = '\0';
     key = tune_trim(line);
     val = tune_trim(eq + 1);
+    if (strncmp(key, "rule.", 5) == 0) return chorus__tune_rule_parse(p, key, val, name, lineno);
     errno = 0;
     v = strtod(val, &end);
     if (*val == '\0' || *end != '\0' || errno != 0 || !(v >= 0.0) || v > 1e9)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "tune: %s:%d: %s: \"%.32s\" is not a non-negative number", name,
                              lineno, key, val);
+    if (strcmp(key, "version") == 0) return CHORUS_SUCCESS;
     if (strcmp(key, "cores") == 0) {
         p->cores = (int)v;
+        p->from_file = 1;
         return CHORUS_SUCCESS;
     }
-    if (strcmp(key, "version") == 0) return CHORUS_SUCCESS;
     slot = tune_param_slot(p, key);
     if (slot == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "tune: %s:%d: unknown key \"%.48s\"",
                              name, lineno, key);
     *slot = v;
+    p->from_file = 1;
     return CHORUS_SUCCESS;
 }
 
@@ -154,23 +157,39 @@ chorus_status_t chorus__tune_params_parse(const char *text, const char *name,
     return status;
 }
 
+/* Rules for every shape and collective of a machine fit well within this. */
+#define TUNE_LOAD_MAX ((size_t)1 << 20)
+
 chorus_status_t chorus__tune_params_load(const char *path, chorus_tune_params_t *p)
 {
-    char buf[16384];
+    chorus_status_t status;
+    char *buf;
     size_t n;
     FILE *f = fopen(path, "r");
 
     if (f == NULL)
         return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "tune: cannot open %s", path);
-    n = fread(buf, 1, sizeof buf - 1, f);
+    buf = malloc(TUNE_LOAD_MAX + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "tune: no memory to read %s", path);
+    }
+    n = fread(buf, 1, TUNE_LOAD_MAX + 1, f);
     fclose(f);
+    if (n > TUNE_LOAD_MAX) {
+        free(buf);
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "tune: %s is larger than %zu bytes",
+                             path, TUNE_LOAD_MAX);
+    }
     buf[n] = '\0';
-    return chorus__tune_params_parse(buf, path, p);
+    status = chorus__tune_params_parse(buf, path, p);
+    free(buf);
+    return status;
 }
 
 int chorus__tune_params_write(const chorus_tune_params_t *p, FILE *out)
 {
-    fprintf(out, "# Chorus cost model parameters (chorus-bench calibrate); see lib/tune/tune.h\n");
+    fprintf(out, "# Chorus cost model parameters; see lib/tune/tune.h\n");
     fprintf(out, "version = 1\ncores = %d\n", p->cores);
     fprintf(out, "copy_ns = %.4g\nreduce_ns = %.4g\nstep_us = %.4g\nswitch_us = %.4g\n",
             p->copy_ns, p->reduce_ns, p->step_us, p->switch_us);
