@@ -22,6 +22,7 @@ enum {
     OPT_CSV,
     OPT_PLOT,
     OPT_LAT_MAX,
+    OPT_ROUNDS,
 };
 
 static const char *const coll_names[COLL_COUNT] = {
@@ -57,6 +58,8 @@ void bench_usage(FILE *out)
         out,
         "usage: chorus-bench COLLECTIVE [options]    (run on every rank, e.g. under chorusrun)\n"
         "       chorus-bench sweep --ranks N,N,... [sweep options] COLLECTIVE [options]\n"
+        "       chorus-bench calibrate COLLECTIVE [options]   (--algo all with chunk sizes;\n"
+        "                           records each size's fastest in the calibration file)\n"
         "       chorus-bench --help-env\n"
         "COLLECTIVE: allreduce allgather reduce_scatter broadcast reduce alltoall sendrecv\n"
         "            barrier, or all (each in turn); nccl-tests names (all_reduce_perf) work\n"
@@ -81,7 +84,10 @@ void bench_usage(FILE *out)
         "      --algo ALGO          auto, ring, tree, rd, rabenseifner, swing, bruck, hier,\n"
         "                           arena, pairwise, dissemination: sets CHORUS_ALGO before\n"
         "                           init; all: each algorithm that implements the collective\n"
-        "                           in turn (auto first), with the model's predicted time\n"
+        "                           (and auto), timed in interleaved rounds per size, with\n"
+        "                           the model's predicted time and the tuner's pick\n"
+        "      --rounds N           --algo all and calibrate: rounds per size, the median\n"
+        "                           is kept (1 to 15, default 3)\n"
         "      --transport TP       auto, shm or tcp: sets CHORUS_TRANSPORT before init\n"
         "      --time-per-size SEC  without -n, choose the iterations so that the timed calls\n"
         "                           of a size take about SEC seconds, within [%d, %d]\n"
@@ -228,6 +234,7 @@ static const struct option long_options[] = {
     {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"time-per-size", required_argument, NULL, OPT_TIME_PER_SIZE},
     {"lat-max", required_argument, NULL, OPT_LAT_MAX},
+    {"rounds", required_argument, NULL, OPT_ROUNDS},
     {"json", required_argument, NULL, OPT_JSON},
     {"csv", required_argument, NULL, OPT_CSV},
     {"plot", required_argument, NULL, OPT_PLOT},
@@ -265,6 +272,7 @@ static int apply_option(int c, const char *arg, options_t *opt, int *factor_p)
     case OPT_TRANSPORT: return parse_choice(arg, transport_choices, 3, &opt->transport);
     case OPT_TIME_PER_SIZE: return parse_seconds(arg, &opt->time_per_size);
     case OPT_LAT_MAX: return bench_parse_size(arg, &opt->lat_max);
+    case OPT_ROUNDS: return parse_int(arg, 1, 15, &opt->rounds);
     case OPT_JSON: opt->json_path = arg; return 0;
     case OPT_CSV: opt->csv_path = arg; return 0;
     case OPT_PLOT: opt->plot_prefix = arg; return 0;
@@ -307,6 +315,7 @@ int bench_parse_args(int argc, char **argv, options_t *opt)
                        .dtype = CHORUS_FLOAT32,
                        .op = CHORUS_SUM,
                        .time_per_size = 0.5,
+                       .rounds = 3,
                        .lat_max = BENCH_LAT_MAX_DEFAULT};
     optind = 1;
     while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:a:z:h", long_options, NULL)) != -1) {

@@ -6,6 +6,7 @@
  *   data.c         buffer contents and result checks
  *   report_json.c  the JSON document (written, and read back by sweep), with jansson
  *   report_csv.c   the CSV file
+ *   algo_all.c     --algo all and `chorus-bench calibrate`: every algorithm, interleaved
  *   sweep.c        `chorus-bench sweep`: one job per rank count, and the scaling table
  *   plot.c         PNG plots through gnuplot
  * Only the public API (chorus.h) and lib/util/config.h are used from the library.
@@ -57,7 +58,9 @@ typedef struct {
     double time_per_size; /* seconds of timed calls per size, both placements together */
     size_t lat_max;
     const char *algo;      /* NULL: leave CHORUS_ALGO as it is */
-    int algo_all;          /* --algo all: one pass per algorithm, on a split communicator */
+    int algo_all;          /* --algo all: every algorithm, each on a split communicator */
+    int rounds;            /* --algo all and calibrate: interleaved rounds per size */
+    int calibrate;         /* chorus-bench calibrate: also chunk sizes, and record the best */
     const char *transport; /* NULL: leave CHORUS_TRANSPORT as it is */
     const char *json_path, *csv_path, *plot_prefix;
 } options_t;
@@ -178,6 +181,20 @@ void bench_fail(bench_t *b, chorus_status_t status, const char *what, size_t byt
 /* --algo all, on rank 0 after every pass: per size, the tuner's pick against the fastest
  * forced algorithm. */
 void bench_print_picks(const bench_t *b);
+/* The pieces of one timed half-line, for algo_all.c: the row's description (algorithm,
+ * prediction) on b->comm; the timed loop of row->iters calls (the slowest rank's time,
+ * the same on every rank); with -c 1, one checked call on fresh data. */
+void bench_row_init(bench_t *b, const test_t *t, const counts_t *c, int in_place, uint64_t shown,
+                    int iters, row_t *row);
+void bench_row_time(bench_t *b, const test_t *t, const counts_t *c, row_t *row);
+void bench_row_check(bench_t *b, const test_t *t, const counts_t *c, row_t *row);
+
+/* ---- algo_all.c ---- */
+/* --algo all and chorus-bench calibrate: every algorithm (calibrate: and chunk size) on
+ * its own split communicator, timed in interleaved rounds per size; prints each size's
+ * medians and the tuner's pick against the best, and calibrate records the best of each
+ * size in the calibration file (rank 0). */
+void bench_run_algo_all(bench_t *b);
 
 /* ---- results (report_json.c) ---- */
 /* Appends a row; returns -1 when out of memory. */

@@ -162,35 +162,6 @@ static int write_reports(const bench_t *b)
 /* --algo all: one pass per algorithm name, each on a communicator split from the world
  * after CHORUS_ALGO is set, because the library reads it when a communicator is created.
  * The auto pass comes first; a forced pass times the sizes where its algorithm runs. */
-static void run_all_algos(bench_t *b)
-{
-    chorus_status_t status;
-
-    snprintf(b->res.meta.algo_requested, sizeof(b->res.meta.algo_requested), "all");
-    /* Two rounds of every pass; the first round's rows are dropped. Measured here: the
-     * first pass or two after start-up ran up to 3x slower than the same algorithm did
-     * later in the run (whichever algorithm went first), which made the tuner's pass, or
-     * whichever came first, look worse than it is. */
-    size_t kept = b->res.nrows;
-    for (int k = 0; k < 2 * BENCH_NALGOS; k++) {
-        int a = k % BENCH_NALGOS;
-        if (k == BENCH_NALGOS) b->res.nrows = kept;
-        setenv("CHORUS_ALGO", bench_algo_names[a], 1);
-        chorus__config_reload();
-        status = chorus_comm_split(b->world, 0, b->rank, &b->comm);
-        if (status != CHORUS_SUCCESS) {
-            b->comm = b->world;
-            bench_fail(b, status, "chorus_comm_split for --algo all", 0);
-        }
-        b->pass_algo = bench_algo_names[a];
-        bench_run(b);
-        chorus_comm_destroy(b->comm);
-        b->comm = b->world;
-    }
-    b->pass_algo = NULL;
-    bench_print_picks(b);
-}
-
 /* The path of this executable, so that sweep can start it under the launcher. */
 static void self_path(const char *argv0, char *out, size_t size)
 {
@@ -221,7 +192,14 @@ int main(int argc, char **argv)
     memset(&b, 0, sizeof(b));
     /* Before getopt, which reorders argv. */
     b.res.meta.command = join_command(argc, argv);
-    rc = bench_parse_args(argc, argv, &b.opt);
+    /* calibrate is --algo all with chunk sizes, and it records what won. */
+    if (argc > 1 && strcmp(argv[1], "calibrate") == 0) {
+        rc = bench_parse_args(argc - 1, argv + 1, &b.opt);
+        b.opt.calibrate = b.opt.algo_all = 1;
+        b.opt.algo = NULL;
+    } else {
+        rc = bench_parse_args(argc, argv, &b.opt);
+    }
     if (rc != 0) {
         free(b.res.meta.command);
         return rc < 0 ? 2 : 0;
@@ -252,7 +230,7 @@ int main(int argc, char **argv)
     b.world = b.comm;
     print_header(&b);
     if (b.opt.algo_all) {
-        run_all_algos(&b);
+        bench_run_algo_all(&b);
     } else {
         bench_run(&b);
     }

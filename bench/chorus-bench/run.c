@@ -204,51 +204,71 @@ static void print_half(const row_t *row)
     printf("  %7s  %6.2f  %6.2f  %5s", time_str, row->algbw, row->busbw, wrong_str);
 }
 
+void bench_row_init(bench_t *b, const test_t *t, const counts_t *c, int in_place, uint64_t shown,
+                    int iters, row_t *row)
+{
+    *row = (row_t){.coll = t->coll,
+                   .has_dtype = t->coll != COLL_BARRIER,
+                   .has_op = bench_coll_reduces(t->coll),
+                   .has_root = bench_coll_rooted(t->coll),
+                   .dtype = t->dtype,
+                   .op = t->op,
+                   .root = t->root,
+                   .in_place = in_place,
+                   .size = shown,
+                   .count = c->param_count,
+                   .wrong = -1,
+                   .iters = iters,
+                   .predicted_us = predicted(b, t, c),
+                   .pass = algo_index(b->pass_algo)};
+    chosen_algo(b, t, c, row->algo, sizeof(row->algo));
+}
+
+void bench_row_time(bench_t *b, const test_t *t, const counts_t *c, row_t *row)
+{
+    void *send = row->in_place ? buffer_at(t, b->recvbuf, c->send_inplace_offset) : b->sendbuf;
+    void *recv = row->in_place ? buffer_at(t, b->recvbuf, c->recv_inplace_offset) : b->recvbuf;
+    chorus_status_t status;
+    double start, sec;
+
+    status = chorus_barrier(b->comm);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, "barrier", row->size);
+    start = now_s();
+    for (int iter = 0; iter < row->iters; iter++) {
+        status = run_coll(b, t, c, send, recv);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), row->size);
+    }
+    sec = (now_s() - start) / row->iters;
+    spread(b, sec, row->size, row);
+    bandwidth(t, c, row->time_us * 1.0e-6, &row->algbw, &row->busbw);
+}
+
+void bench_row_check(bench_t *b, const test_t *t, const counts_t *c, row_t *row)
+{
+    chorus_status_t status;
+    uint64_t wrong;
+    void *send, *recv;
+
+    if (!b->opt.check || t->coll == COLL_BARRIER) return;
+    bench_prepare(t, c, row->in_place, b->sendbuf, b->recvbuf, &send, &recv);
+    status = run_coll(b, t, c, send, recv);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), row->size);
+    wrong = bench_count_wrong(t, c, recv);
+    status = chorus_allreduce(&wrong, &wrong, 1, CHORUS_UINT64, CHORUS_SUM, b->comm, NULL);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, "allreduce of the check", row->size);
+    row->wrong = (int64_t)wrong;
+    b->res.wrong_total += wrong;
+}
+
 /* One half of a line: the timed loop, then (with -c 1) one checked call on fresh data. */
 static void bench_time(bench_t *b, const test_t *t, const counts_t *c, int in_place, uint64_t shown,
                        int iters)
 {
-    void *send = in_place ? buffer_at(t, b->recvbuf, c->send_inplace_offset) : b->sendbuf;
-    void *recv = in_place ? buffer_at(t, b->recvbuf, c->recv_inplace_offset) : b->recvbuf;
-    chorus_status_t status;
-    double start, sec;
-    row_t row = {.coll = t->coll,
-                 .has_dtype = t->coll != COLL_BARRIER,
-                 .has_op = bench_coll_reduces(t->coll),
-                 .has_root = bench_coll_rooted(t->coll),
-                 .dtype = t->dtype,
-                 .op = t->op,
-                 .root = t->root,
-                 .in_place = in_place,
-                 .size = shown,
-                 .count = c->param_count,
-                 .wrong = -1,
-                 .iters = iters,
-                 .predicted_us = predicted(b, t, c),
-                 .pass = algo_index(b->pass_algo)};
+    row_t row;
 
-    chosen_algo(b, t, c, row.algo, sizeof(row.algo));
-    status = chorus_barrier(b->comm);
-    if (status != CHORUS_SUCCESS) bench_fail(b, status, "barrier", shown);
-    start = now_s();
-    for (int iter = 0; iter < iters; iter++) {
-        status = run_coll(b, t, c, send, recv);
-        if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), shown);
-    }
-    sec = (now_s() - start) / iters;
-    spread(b, sec, shown, &row);
-    bandwidth(t, c, row.time_us * 1.0e-6, &row.algbw, &row.busbw);
-    if (b->opt.check && t->coll != COLL_BARRIER) {
-        uint64_t wrong;
-        bench_prepare(t, c, in_place, b->sendbuf, b->recvbuf, &send, &recv);
-        status = run_coll(b, t, c, send, recv);
-        if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), shown);
-        wrong = bench_count_wrong(t, c, recv);
-        status = chorus_allreduce(&wrong, &wrong, 1, CHORUS_UINT64, CHORUS_SUM, b->comm, NULL);
-        if (status != CHORUS_SUCCESS) bench_fail(b, status, "allreduce of the check", shown);
-        row.wrong = (int64_t)wrong;
-        b->res.wrong_total += wrong;
-    }
+    bench_row_init(b, t, c, in_place, shown, iters, &row);
+    bench_row_time(b, t, c, &row);
+    bench_row_check(b, t, c, &row);
     if (t->coll != COLL_BARRIER) {
         b->res.busbw_sum += row.busbw;
         b->res.busbw_count++;
@@ -422,10 +442,10 @@ void bench_print_picks(const bench_t *b)
         if (best == NULL) continue;
         if (!header) {
             printf("#\n# --algo all: the tuner's pick (auto) against the fastest forced "
-                   "algorithm, out of place.\n# choice = the pick's own forced time / the "
-                   "best forced time (the quality of the choice, one measurement per "
-                   "algorithm);\n# auto = the auto pass's time / the best forced time (adds "
-                   "the run-to-run noise of a second measurement)\n");
+                   "algorithm, out of place (medians of the interleaved rounds).\n# choice = the "
+                   "pick's own forced time / the best forced time (the quality of the "
+                   "choice);\n# auto = the auto variant's time / the best forced time (adds "
+                   "the noise of a second measurement)\n");
             printf("# %10s  %14s  %-13s %9s %9s  %-13s %9s  %6s  %6s\n", "size (B)",
                    "collective", "pick", "time(us)", "pred(us)", "best forced", "time(us)",
                    "choice", "auto");
