@@ -21,7 +21,7 @@ endif
 LIB_SRCS  := $(sort $(wildcard kernels/*.c lib/*/*.c lib/transport/*/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 TOOL_NAMES:= chorusrun
-BENCH_NAMES := chorus-bench
+BENCH_NAMES := chorus-bench tcp-ceiling
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 MP_SRCS   := $(sort $(wildcard tests/mp/*.c))
@@ -116,6 +116,11 @@ $(BUILD)/bin/ompi-bench: bench/mpi/ompi-bench.c bench/mpi/peer.h
 $(BUILD)/bin/gloo-bench: bench/gloo/gloo-bench.cc bench/mpi/peer.h
 	@mkdir -p $(dir $@)
 	$(CXX) -Ibench/mpi $(PEER_CXXFLAGS) $(LDFLAGS) -o $@ $< -lgloo -pthread
+
+# The raw loopback tcp ceiling of compare.sh -t tcp: plain sockets, no libchorus on purpose.
+$(BUILD)/bin/tcp-ceiling: $(wildcard bench/ceiling/*.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^)
 
 bench-compare: all compare-peers
 	BUILD=$(BUILD) sh bench/compare.sh

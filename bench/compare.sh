@@ -13,6 +13,10 @@
 # Chorus with CHORUS_TRANSPORT=tcp, Open MPI with the ob1 PML and the tcp BTL on lo only
 # (btl_tcp_if_include lo), Gloo as always; a line under each table says how many bytes lo
 # carried during each library's runs, which shows that all three really used loopback tcp.
+# With -t tcp each table also has "tcp-ceil", the busbw of tcp-ceiling (bench/ceiling): the
+# same ranks moving a ring allreduce's bytes over loopback tcp with plain sockets, no library
+# and no reduction, so it bounds every library's ring busbw over loopback tcp on this
+# machine; "chorus/ceil" is Chorus's busbw over it (1.00 would be the kernel's limit).
 # -g lists Gloo's allreduce algorithms to run (GLOO_BENCH_ALGO of gloo-bench: ring, bcube,
 # ring_chunked, halving_doubling, bcube_legacy); default ring for shm, all five for tcp.
 # With more than one, the Gloo column is "gloo-best", each size's fastest algorithm, named in
@@ -31,10 +35,10 @@
 # band R times and keeps each size's best time, so that a rank preempted by someone
 # else's process does not decide a row.
 #
-# Environment: BUILD (default build) holds bin/chorusrun, bin/chorus-bench, bin/ompi-bench
-# and bin/gloo-bench; MPIRUN (default mpirun.openmpi); MPIRUN_ARGS (default below);
-# COMPARE_TIMEOUT, seconds one run may take (default 300; a run past it is stopped, shown as
-# FAIL and named on stderr as timed out).
+# Environment: BUILD (default build) holds bin/chorusrun, bin/chorus-bench, bin/ompi-bench,
+# bin/gloo-bench and bin/tcp-ceiling; MPIRUN (default mpirun.openmpi); MPIRUN_ARGS (default
+# below); COMPARE_TIMEOUT, seconds one run may take (default 300; a run past it is stopped,
+# shown as FAIL and named on stderr as timed out).
 set -u
 
 BUILD=${BUILD:-build}
@@ -164,8 +168,13 @@ if [ ! -x "$BUILD/bin/gloo-bench" ]; then
         gloo_skip="$BUILD/bin/gloo-bench not built (make compare-peers)"
     fi
 fi
+ceil_skip=""
+if [ "$transport" = tcp ] && [ ! -x "$BUILD/bin/tcp-ceiling" ]; then
+    ceil_skip="$BUILD/bin/tcp-ceiling not built (make)"
+fi
 [ -n "$ompi_skip" ] && echo "Open MPI: skipped: $ompi_skip"
 [ -n "$gloo_skip" ] && echo "Gloo: skipped: $gloo_skip"
+[ -n "$ceil_skip" ] && echo "tcp ceiling: skipped: $ceil_skip"
 
 keep=1
 if [ -z "$outdir" ]; then
@@ -248,6 +257,35 @@ run() {
     rm -f "$raw.band" "$raw.one" "$raw.rows"
 }
 
+# run_ceiling N: tcp-ceiling over all the sizes at once, -r $repeat rounds each keeping the
+# best, once per rank count (the collectives share it); its rows "size time_us busbw" go to
+# $outdir/ceil.N, or FAIL lines when it failed. Nothing at all when it was skipped.
+ceil_done=""
+run_ceiling() {
+    n=$1
+    case " $ceil_done " in *" $n "*) return ;; esac
+    ceil_done="$ceil_done $n"
+    : >"$outdir/ceil.$n"
+    [ -n "$ceil_skip" ] && return
+    raw="$outdir/ceil.$n.raw"
+    echo "## $BUILD/bin/tcp-ceiling -n $n -b $min -e $max -f $factor -r $repeat" >"$raw"
+    timeout -k 10 "$TIMEOUT" "$BUILD/bin/tcp-ceiling" -n "$n" -b "$min" -e "$max" \
+        -f "$factor" -r "$repeat" >>"$raw" 2>&1
+    rc=$?
+    awk '$1 ~ /^[0-9]+$/ && NF == 3 { print $1, $2, $3 }' "$raw" >"$raw.rows"
+    got=$(wc -l <"$raw.rows")
+    # shellcheck disable=SC2086
+    want=$(set -- $sizes && echo $#)
+    if [ "$rc" -eq 0 ] && [ "$got" -eq "$want" ]; then
+        mv "$raw.rows" "$outdir/ceil.$n"
+    else
+        echo "compare: tcp-ceiling -n $n failed (exit $rc, $got of $want rows); see $raw" >&2
+        for s in $sizes; do echo FAIL >>"$outdir/ceil.$n"; done
+        rm -f "$raw.rows"
+        failed=1
+    fi
+}
+
 # Runs every library over every band of sizes for one rank count and collective, then
 # merges the Gloo algorithms into $outdir/gloo.N.COLL.
 run_all() {
@@ -258,6 +296,7 @@ run_all() {
     else
         for a in $gloo_algos; do glibs="$glibs gloo-$a"; done
     fi
+    [ "$transport" = tcp ] && run_ceiling "$n"
     for lib in chorus ompi $glibs; do
         : >"$outdir/$lib.$n.$coll"
         : >"$outdir/$lib.$n.$coll.lo"
@@ -322,9 +361,11 @@ table() {
         echo "# $coll float32, $n ranks: busbw (GB/s) from the slowest rank's out-of-place time;"
         echo "# ratios are Chorus busbw / peer busbw"
     fi
+    ceil=0 ceilf=/dev/null
+    [ "$transport" = tcp ] && ceil=1 ceilf="$outdir/ceil.$n"
     paste -d '|' "$outdir/chorus.$n.$coll" "$outdir/ompi.$n.$coll" "$outdir/gloo.$n.$coll" \
-        "$outdir/gloo.$n.$coll.algo" |
-        awk -F '|' -v n="$n" -v coll="$coll" -v sizes="$sizes" -v best="$best" '
+        "$outdir/gloo.$n.$coll.algo" "$ceilf" |
+        awk -F '|' -v n="$n" -v coll="$coll" -v sizes="$sizes" -v best="$best" -v ceil="$ceil" '
         function bw(row, f,   a) {
             if (row == "") return "-"
             if (row == "FAIL") return "FAIL"
@@ -333,7 +374,16 @@ table() {
             if (a[3] <= 0 || a[2] == 0) return "n/a"
             return a[2] * 4 * (coll == "allgather" ? n : 1) / (a[3] * 1000) * f
         }
-        function num(x) { return x ~ /^[0-9.e+-]+$/ }
+        # tcp-ceiling rows are "size time_us busbw"; busbw again from the time, for digits.
+        function ceilbw(row,   a) {
+            if (row == "") return "-"
+            if (row == "FAIL") return "FAIL"
+            split(row, a, " ")
+            if (a[2] <= 0) return "n/a"
+            return int(2 * (n - 1) * a[1] / n) / (a[2] * 1000)
+        }
+        # "-" (skipped) is no number, though made of the same characters.
+        function num(x) { return x ~ /^[0-9.e+-]+$/ && x ~ /[0-9]/ }
         function show(x) { return num(x) ? sprintf("%9.3g", x) : sprintf("%9s", x) }
         function ratio(a, b) {
             if (num(a) && num(b) && b > 0) return sprintf("%11.2f", a / b)
@@ -347,25 +397,24 @@ table() {
         BEGIN {
             split(sizes, sz, " ")
             f = coll == "allgather" ? (n - 1) / n : 2 * (n - 1) / n
-            if (best)
-                printf "%12s  %9s  %9s  %9s  %11s  %11s  %s\n", "size (B)", "chorus", "ompi",
-                       "gloo-best", "chorus/ompi", "chorus/gloo", "gloo-algo"
-            else
-                printf "%12s  %9s  %9s  %9s  %11s  %11s\n", "size (B)", "chorus", "ompi", "gloo",
-                       "chorus/ompi", "chorus/gloo"
+            printf "%12s  %9s  %9s  %9s  %11s  %11s", "size (B)", "chorus", "ompi",
+                   (best ? "gloo-best" : "gloo"), "chorus/ompi", "chorus/gloo"
+            if (ceil) printf "  %9s  %11s", "tcp-ceil", "chorus/ceil"
+            printf "%s\n", (best ? "  gloo-algo" : "")
         }
         {
-            c = bw($1, f); o = bw($2, f); g = bw($3, f)
-            if (best)
-                printf "%12s  %s  %s  %s  %s  %s  %s\n", sz[NR], show(c), show(o), show(g),
-                       ratio(c, o), ratio(c, g), ($4 == "" ? "-" : $4)
-            else
-                printf "%12s  %s  %s  %s  %s  %s\n", sz[NR], show(c), show(o), show(g),
-                       ratio(c, o), ratio(c, g)
+            c = bw($1, f); o = bw($2, f); g = bw($3, f); k = ceilbw($5)
+            printf "%12s  %s  %s  %s  %s  %s", sz[NR], show(c), show(o), show(g),
+                   ratio(c, o), ratio(c, g)
+            if (ceil) printf "  %s  %s", show(k), ratio(c, k)
+            printf "%s\n", (best ? "  " ($4 == "" ? "-" : $4) : "")
             # The worst ratios from 64 KiB up, where the acceptance compares.
             if (sz[NR] + 0 >= 65536) {
                 if (num(c) && num(o) && o > 0 && (wo == "" || c / o < wo)) { wo = c / o; wos = sz[NR] }
                 if (num(c) && num(g) && g > 0 && (wg == "" || c / g < wg)) { wg = c / g; wgs = sz[NR] }
+                if (num(c) && num(k) && k > 0 && (wk == "" || c / k < wk)) {
+                    wk = c / k; wks = sz[NR]
+                }
                 big = 1
             }
             # The latency line uses the smallest size that moves data.
@@ -383,6 +432,9 @@ table() {
                 printf "# worst ratio from 64 KiB: chorus/ompi %s%s  chorus/gloo %s%s\n",
                        (wo == "" ? "-" : sprintf("%.2f", wo)), (wo == "" ? "" : " at " wos),
                        (wg == "" ? "-" : sprintf("%.2f", wg)), (wg == "" ? "" : " at " wgs)
+            if (big && ceil)
+                printf "# lowest chorus/ceil from 64 KiB: %s%s\n",
+                       (wk == "" ? "-" : sprintf("%.2f", wk)), (wk == "" ? "" : " at " wks)
         }'
     if [ "$transport" = tcp ]; then
         # Byte counts pass the shell's arithmetic by: awk adds them up.
