@@ -237,6 +237,32 @@ static void test_decision_cache(void **state)
     chorus__tune_destroy(tune);
 }
 
+/* Large sizes are extrapolated along the line through two simulated sizes (tune_sim.c):
+ * in that regime doubling the size doubles the time up to the fixed latency, and the
+ * values either side of where the line takes over do not jump. */
+static void test_large_sizes_linear(void **state)
+{
+    static const chorus_algo_t algos[] = {CHORUS_ALGO_RING, CHORUS_ALGO_TREE,
+                                          CHORUS_ALGO_RABENSEIFNER};
+    chorus_tune_t *tune = make_tune(8, CHORUS_TUNE_TCP, 2);
+
+    (void)state;
+    for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+        /* From 8 MiB the 8 ranks' buffers are 4x the LLC (the model's memory factor is
+         * flat from there). 512 KiB chunks: simulated up to 8 MiB, extrapolated above. */
+        double prev = predict(tune, algos[a], 8u << 20);
+        for (uint64_t bytes = 12u << 20; bytes <= (256u << 20); bytes += bytes / 2) {
+            double us = predict(tune, algos[a], bytes);
+            assert_true(us > prev);
+            assert_true(us < prev * 1.5 * 1.05); /* at most proportional to the size */
+            prev = us;
+        }
+        double big = predict(tune, algos[a], 256u << 20), half = predict(tune, algos[a], 128u << 20);
+        assert_true(big / half > 1.9 && big / half < 2.1);
+    }
+    chorus__tune_destroy(tune);
+}
+
 /* A one-rank communicator with CHORUS_ALGO set to algo (NULL: unset). */
 static chorus_comm_t make_comm(const char *algo)
 {
@@ -327,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_unsupported),
         cmocka_unit_test(test_decision_cache),
         cmocka_unit_test(test_forcing),
+        cmocka_unit_test(test_large_sizes_linear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
