@@ -137,6 +137,13 @@ chorus_status_t chorus_comm_split(chorus_comm_t comm, int color, int key, chorus
  * Safe after an error or an abort. NULL is accepted and ignored. */
 chorus_status_t chorus_comm_destroy(chorus_comm_t comm);
 
+/* How long any wait inside a call on comm may last before the call returns
+ * CHORUS_ERR_TIMEOUT, in seconds; 0 means no deadline. The default is CHORUS_TIMEOUT (300)
+ * as read when the communicator was created. Local: each rank sets its own. Call it
+ * between calls on comm, not during one. CHORUS_ERR_INVALID_ARGUMENT for a NULL comm or
+ * for seconds that are negative, not a number, or above 1e9. */
+chorus_status_t chorus_comm_set_timeout(chorus_comm_t comm, double seconds);
+
 /* Marks the communicator as failed and unblocks every call waiting on it, which return
  * CHORUS_ERR_ABORTED. May be called from any thread. The communicator must still be
  * destroyed. */

@@ -45,6 +45,9 @@ chorus_status_t chorus__arena_create(const chorus_arena_params_t *params,
                                      chorus_arena_t **arena_p);
 void chorus__arena_destroy(chorus_arena_t *arena);
 
+/* The deadline of later waits (chorus_comm_set_timeout); 0: none. */
+void chorus__arena_set_timeout(chorus_arena_t *arena, double timeout_s);
+
 /* Nonzero if the arena implements coll. */
 int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll);
 

@@ -416,3 +416,8 @@ void chorus__arena_destroy(chorus_arena_t *arena)
 {
     if (arena != NULL) arena_free(arena);
 }
+
+void chorus__arena_set_timeout(chorus_arena_t *arena, double timeout_s)
+{
+    arena->timeout_s = timeout_s;
+}

@@ -19,6 +19,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+/* The most ranks a communicator may have: it bounds the table the bootstrap root sends,
+ * and chorus_comm_init refuses more before allocating anything per rank. */
+#define CHORUS_BS_MAX_RANKS (1 << 20)
+
 /* The decoded content of a chorus_unique_id_t. */
 typedef struct {
     struct sockaddr_storage root_addr;

@@ -4,6 +4,7 @@
  * and run it on the engine. AVG runs as SUM and divides the result once at the end.
  */
 #include "core/comm.h"
+#include "core/hang.h"
 
 #include "arena/arena.h"
 
@@ -156,7 +157,29 @@ static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call
         chorus__error_context(status, "rank %d", comm->rank);
         return chorus__comm_record_error(comm, status);
     }
+    chorus__hang_end(comm);
     return coll_finish_avg(comm, call, what);
+}
+
+/* Arms the engine's mismatch check for the call about to run: every rank of it must
+ * agree on all of this, and ranks that do not are told apart before any data is used. */
+static void coll_sign(chorus_comm_t comm, const chorus_coll_call_t *call, chorus_algo_t algo,
+                      uint64_t chunk_count)
+{
+    chorus_exec_sig_t sig;
+
+    memset(&sig, 0, sizeof sig);
+    sig.coll = (uint8_t)call->coll;
+    sig.dtype = (uint8_t)call->dtype;
+    sig.op = (uint8_t)call->op;
+    sig.algo = (uint8_t)algo;
+    sig.root = call->root;
+    sig.nranks = comm->nranks;
+    sig.count = call->count;
+    sig.chunk_count = chunk_count;
+    sig.seq = comm->exec.coll_seq;
+    sig.opnum = comm->seq;
+    chorus__exec_sign(&comm->exec, &sig);
 }
 
 /* Runs a validated call with count > 0 (or a barrier). */
@@ -192,6 +215,7 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
     chorus__comm_what(comm, name, what, sizeof what);
     CHORUS_TRACE("core", "%s: %zu x %s, %s, %u steps", what, call->count,
                  chorus_dtype_name(call->dtype), chorus__algo_name(algo), sched->nsteps);
+    coll_sign(comm, call, algo, args.chunk_count);
     status = chorus__comm_exec(comm, sched, bufs, call->dtype, op, what);
     if (status != CHORUS_SUCCESS) return status;
     return coll_finish_avg(comm, call, what);
@@ -214,6 +238,9 @@ static chorus_status_t coll_entry(chorus_comm_t comm, const chorus_coll_call_t *
                              comm->rank, name);
     status = chorus__comm_check_failed(comm, name);
     if (status != CHORUS_SUCCESS) return status;
+    /* Every accepted call counts, even one with nothing to move, so that a rank that
+     * skipped or added one is caught at its next call by the signature's number. */
+    comm->exec.coll_seq++;
     if (call->count == 0 && call->coll != CHORUS_COLL_BARRIER) return CHORUS_SUCCESS;
     return coll_run(comm, call);
 }

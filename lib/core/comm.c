@@ -4,6 +4,8 @@
  */
 #include "core/comm.h"
 
+#include "core/hang.h"
+
 #include "arena/arena.h"
 #include "tune/tune.h"
 
@@ -48,6 +50,7 @@ static const char *const core_mode_names[] = {"auto", "shm", "tcp"};
 chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t status)
 {
     if (status == CHORUS_SUCCESS) return status;
+    chorus__hang_on_error(comm, status, chorus_last_error());
     pthread_mutex_lock(&comm->err_lock);
     /* err_lock orders this load against the other writers: relaxed is enough. */
     if (atomic_load_explicit(&comm->async_error, memory_order_relaxed) == 0) {
@@ -78,6 +81,7 @@ void chorus__comm_what(chorus_comm_t comm, const char *name, char *buf, size_t l
     uint64_t seq = ++comm->seq;
     size_t n = 0, i = 0;
 
+    chorus__hang_begin(comm, name, seq);
     do {
         digits[n++] = (char)('0' + seq % 10);
         seq /= 10;
@@ -102,7 +106,10 @@ chorus_status_t chorus__comm_exec(chorus_comm_t comm, const chorus_sched_t *sche
                                    chorus__deadline_after(comm->timeout_s), &comm->abort_flag);
     if (status != CHORUS_SUCCESS) {
         chorus__error_context(status, "rank %d", comm->rank);
+        chorus__hang_report_exec(comm, status, chorus_last_error(), &comm->exec);
         chorus__comm_record_error(comm, status);
+    } else {
+        chorus__hang_end(comm);
     }
     return status;
 }
@@ -398,6 +405,7 @@ static void core_log_ready(chorus_comm_t comm)
 /* Frees what a comm holds; works on a half-built one. */
 static void core_comm_free(chorus_comm_t comm)
 {
+    chorus__hang_unregister(comm);
     chorus__p2p_forget(comm);
     if (comm->tune != NULL) chorus__tune_destroy(comm->tune);
     if (comm->arena != NULL) chorus__arena_destroy(comm->arena);
@@ -438,9 +446,10 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_init: comm_p is NULL");
     if (id == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_init: id is NULL");
-    if (nranks < 1)
+    if (nranks < 1 || nranks > CHORUS_BS_MAX_RANKS)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "chorus_comm_init: nranks %d is not positive", nranks);
+                             "chorus_comm_init: nranks %d is not in 1..%d", nranks,
+                             CHORUS_BS_MAX_RANKS);
     if (rank < 0 || rank >= nranks)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "chorus_comm_init: rank %d out of range for %d ranks", rank, nranks);
@@ -454,6 +463,7 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
     comm->rank = rank;
     comm->nranks = nranks;
     comm->nhosts = 1;
+    comm->hang_slot = -1;
     comm->timeout_s = chorus__config_seconds("CHORUS_TIMEOUT", 300.0);
     chorus__select_init(comm);
     comm->peers = calloc((size_t)nranks, sizeof *comm->peers);
@@ -479,6 +489,7 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
         goto err_comm;
     }
     core_log_ready(comm);
+    chorus__hang_register(comm);
     *comm_p = comm;
     return CHORUS_SUCCESS;
 
@@ -537,6 +548,20 @@ chorus_status_t chorus_comm_destroy(chorus_comm_t comm)
     chorus__error_clear();
     if (comm == NULL) return CHORUS_SUCCESS;
     core_comm_free(comm);
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_set_timeout(chorus_comm_t comm, double seconds)
+{
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_set_timeout: comm is NULL");
+    if (!(seconds >= 0.0) || seconds > 1e9)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: chorus_comm_set_timeout: %g seconds is not in 0..1e9",
+                             comm->rank, seconds);
+    comm->timeout_s = seconds;
+    if (comm->arena != NULL) chorus__arena_set_timeout(comm->arena, seconds);
     return CHORUS_SUCCESS;
 }
 

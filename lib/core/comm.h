@@ -90,6 +90,7 @@ struct chorus_comm {
     chorus_sched_entry_t cache[CHORUS_SCHED_CACHE_SIZE];
     uint64_t cache_clock;
     uint64_t seq;                      /* numbers operations in messages: "allreduce #12" */
+    int hang_slot;                     /* the comm's slot of the hang report (hang.c), or -1 */
     uint64_t logged[CHORUS_NUM_COLLS]; /* size classes whose algorithm choice was logged */
 };
 
@@ -160,7 +161,8 @@ void chorus__coll_release(chorus_comm_t comm);
 
 /* ---- p2p.c ---- */
 
-/* Drops what this thread's open group recorded for comm (destroy). */
+/* Drops what this thread's open group recorded for comm (destroy); chorus_group_end then
+ * fails, since those operations never run. */
 void chorus__p2p_forget(chorus_comm_t comm);
 
 /* Nonzero while this thread is inside chorus_group_start/end. */

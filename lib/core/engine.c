@@ -6,19 +6,34 @@
  * transport, but only in schedule order per (peer, direction), because transports match
  * messages by position: a ready SEND waits until every earlier SEND to the same peer was
  * posted. Completed requests release their successors. Nothing here blocks.
+ *
+ * A signed execution (chorus__exec_sign) first sends its call signature to every peer it
+ * exchanges data with and posts a receive for theirs. The channels are ordered, so a
+ * peer's signature completes before any of its data; a data receive from a peer is not
+ * released to its successors until that peer's signature matched, so nothing a mismatched
+ * peer sent is ever used, and any error seen once a mismatched signature is in is reported
+ * as the mismatch it is (a data length error is its typical consequence).
  */
 #include "core/engine.h"
 
+#include "algo/algo.h"
 #include "kernels.h"
 #include "util/clock.h"
 #include "util/log.h"
 
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { DIR_SEND = 0, DIR_RECV = 1 };
+
+/* Per peer of a signed execution. */
+enum { SIG_SEND_OPEN = 1, SIG_RECV_OPEN = 2, SIG_OK = 4 };
+
+_Static_assert(sizeof(chorus_exec_sig_t) == 48, "the signature is 48 bytes without padding");
 
 static int step_is_comm(const chorus_step_t *st)
 {
@@ -60,6 +75,225 @@ static chorus_status_t reserve(chorus_exec_t *x, uint32_t nsteps, int nranks)
     return CHORUS_SUCCESS;
 }
 
+/* ---- Call signatures ---- */
+
+void chorus__exec_sign(chorus_exec_t *x, const chorus_exec_sig_t *sig)
+{
+    x->sig_next = *sig;
+    x->sig_next.magic = CHORUS_EXEC_SIG_MAGIC;
+    x->sig_armed = 1;
+}
+
+/* Lists the peers the schedule exchanges data with (either direction, so that a rank that
+ * only sends, like a broadcast's root, learns of a mismatch too). */
+static chorus_status_t sig_setup(chorus_exec_t *x, int nranks)
+{
+    chorus_status_t st = CHORUS_SUCCESS;
+
+    if (nranks > x->cap_sig_ranks) {
+        x->sig_rx = grow(x->sig_rx, (size_t)nranks, sizeof(*x->sig_rx), &st);
+        x->sig_reqs = grow(x->sig_reqs, 2 * (size_t)nranks, sizeof(*x->sig_reqs), &st);
+        x->sig_state = grow(x->sig_state, (size_t)nranks, sizeof(*x->sig_state), &st);
+        x->sig_peers = grow(x->sig_peers, (size_t)nranks, sizeof(*x->sig_peers), &st);
+        if (st != CHORUS_SUCCESS) {
+            x->sig_on = 0;
+            return chorus__error(st, "%s: no memory for the signatures of %d ranks", x->what,
+                                 nranks);
+        }
+        x->cap_sig_ranks = nranks;
+    }
+    for (int p = 0; p < nranks; p++) {
+        x->sig_state[p] = 0;
+        if (x->peer_begin[2 * p + 2] > x->peer_begin[2 * p]) x->sig_peers[x->nsig_peers++] = p;
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* Appends to buf (at *len_p of cap) like snprintf, never past the end. */
+static void sig_append(char *buf, size_t cap, size_t *len_p, const char *fmt, ...)
+    CHORUS_PRINTF(4, 5);
+static void sig_append(char *buf, size_t cap, size_t *len_p, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (*len_p + 1 >= cap) return;
+    va_start(ap, fmt);
+    n = vsnprintf(buf + *len_p, cap - *len_p, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len_p = *len_p + (size_t)n < cap ? *len_p + (size_t)n : cap - 1;
+}
+
+/* "allreduce #17 (count 1000, float32, sum)": what s says. The fields that only shape the
+ * schedule (algorithm, chunk, ranks) are shown when they differ from o's in calls of the
+ * same collective, since they are noise otherwise. */
+static void sig_describe(const chorus_exec_sig_t *s, const chorus_exec_sig_t *o, char *buf,
+                         size_t cap)
+{
+    const char *dt = chorus_dtype_name((chorus_dtype_t)s->dtype);
+    const char *op = chorus_op_name((chorus_op_t)s->op);
+    const char *algo = chorus__algo_name((chorus_algo_t)s->algo);
+    const int same = s->coll == o->coll;
+    const char *sep = " (";
+    size_t len = 0;
+
+    sig_append(buf, cap, &len, "%s #%llu", chorus__coll_name((chorus_coll_t)s->coll),
+               (unsigned long long)s->opnum);
+    if (s->coll != CHORUS_COLL_BARRIER) {
+        sig_append(buf, cap, &len, "%scount %llu, ", sep, (unsigned long long)s->count);
+        if (dt != NULL) sig_append(buf, cap, &len, "%s", dt);
+        else sig_append(buf, cap, &len, "dtype %u", s->dtype);
+        sep = ", ";
+    }
+    if (s->coll == CHORUS_COLL_ALLREDUCE || s->coll == CHORUS_COLL_REDUCE_SCATTER ||
+        s->coll == CHORUS_COLL_REDUCE) {
+        if (op != NULL) sig_append(buf, cap, &len, "%s%s", sep, op);
+        else sig_append(buf, cap, &len, "%sop %u", sep, s->op);
+        sep = ", ";
+    }
+    if (s->coll == CHORUS_COLL_BROADCAST || s->coll == CHORUS_COLL_REDUCE ||
+        (same && s->root != o->root)) {
+        sig_append(buf, cap, &len, "%sroot %d", sep, (int)s->root);
+        sep = ", ";
+    }
+    if (same && (s->algo != o->algo || s->chunk_count != o->chunk_count)) {
+        if (algo != NULL) sig_append(buf, cap, &len, "%s%s", sep, algo);
+        else sig_append(buf, cap, &len, "%salgorithm %u", sep, s->algo);
+        sig_append(buf, cap, &len, " chunk %llu", (unsigned long long)s->chunk_count);
+        sep = ", ";
+    }
+    if (s->nranks != o->nranks) {
+        sig_append(buf, cap, &len, "%s%d ranks", sep, (int)s->nranks);
+        sep = ", ";
+    }
+    if (sep[0] == ',') sig_append(buf, cap, &len, ")");
+}
+
+/* Nonzero when peer p's signature differs from ours in anything but opnum. */
+static int sig_differs(const chorus_exec_t *x, int p)
+{
+    const chorus_exec_sig_t *a = &x->sig, *b = &x->sig_rx[p];
+
+    return a->magic != b->magic || a->coll != b->coll || a->dtype != b->dtype ||
+           a->op != b->op || a->algo != b->algo || a->root != b->root ||
+           a->nranks != b->nranks || a->count != b->count || a->chunk_count != b->chunk_count ||
+           a->seq != b->seq;
+}
+
+/* Fails x with CHORUS_ERR_MISMATCH naming both signatures. */
+static chorus_status_t sig_report(chorus_exec_t *x, int p)
+{
+    const chorus_exec_sig_t *ours = &x->sig, *theirs = &x->sig_rx[p];
+    char a[160], b[160];
+
+    if (theirs->magic != CHORUS_EXEC_SIG_MAGIC) {
+        x->status = chorus__error(CHORUS_ERR_MISMATCH,
+                                  "%s: rank %d sent something else where its call signature "
+                                  "was due: it is not running a collective with this rank",
+                                  x->what, p);
+        return x->status;
+    }
+    sig_describe(ours, theirs, a, sizeof a);
+    sig_describe(theirs, ours, b, sizeof b);
+    if (ours->seq != theirs->seq) {
+        x->status = chorus__error(CHORUS_ERR_MISMATCH,
+                                  "%s but rank %d called %s as its collective call %llu, this "
+                                  "rank's call %llu (a rank skipped or added a call)",
+                                  a, p, b, (unsigned long long)theirs->seq,
+                                  (unsigned long long)ours->seq);
+    } else {
+        x->status = chorus__error(CHORUS_ERR_MISMATCH, "%s but rank %d called %s", a, p, b);
+    }
+    return x->status;
+}
+
+/* Posts our signature to peer p (dir DIR_SEND) or the receive of its signature (DIR_RECV). */
+static chorus_status_t sig_post_one(chorus_exec_t *x, int p, int dir)
+{
+    const chorus_peer_tp_t *t = &x->peers[p];
+    chorus_tp_req_t *req = &x->sig_reqs[2 * p + dir];
+    chorus_status_t status;
+
+    memset(req, 0, sizeof(*req));
+    if (dir == DIR_SEND)
+        status = t->ops->isend(t->tp, p, &x->sig, sizeof x->sig, req);
+    else
+        status = t->ops->irecv(t->tp, p, &x->sig_rx[p], sizeof x->sig_rx[p], req);
+    if (status != CHORUS_SUCCESS) {
+        x->status = chorus__error_context(status, "%s: exchanging call signatures with rank %d",
+                                          x->what, p);
+        return status;
+    }
+    x->sig_state[p] |= dir == DIR_SEND ? SIG_SEND_OPEN : SIG_RECV_OPEN;
+    x->sig_open++;
+    return CHORUS_SUCCESS;
+}
+
+/* Sends our signature to, and posts the receive of theirs from, every peer; before any
+ * data, so each is the first message of its channel in this execution. */
+static chorus_status_t sig_post(chorus_exec_t *x)
+{
+    for (int k = 0; k < x->nsig_peers; k++) {
+        const int p = x->sig_peers[k];
+        chorus_status_t status = sig_post_one(x, p, DIR_SEND);
+        if (status != CHORUS_SUCCESS) return status;
+        status = sig_post_one(x, p, DIR_RECV);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* On an error: a mismatched signature that already arrived explains it (a length error
+ * on data is what a mismatch typically causes), so it is reported instead. Returns
+ * CHORUS_ERR_MISMATCH then, else status with the message untouched. */
+static chorus_status_t sig_blame(chorus_exec_t *x, chorus_status_t status)
+{
+    if (!x->sig_on) return status;
+    for (int k = 0; k < x->nsig_peers; k++) {
+        const int p = x->sig_peers[k];
+        const chorus_tp_req_t *r = &x->sig_reqs[2 * p + 1];
+        if ((x->sig_state[p] & SIG_RECV_OPEN) && r->done && r->status == CHORUS_SUCCESS &&
+            sig_differs(x, p))
+            return sig_report(x, p);
+    }
+    return status;
+}
+
+/* Collects completed signature transfers and checks what arrived. */
+static chorus_status_t sig_poll(chorus_exec_t *x)
+{
+    for (int k = 0; k < x->nsig_peers; k++) {
+        const int p = x->sig_peers[k];
+        chorus_tp_req_t *reqs = &x->sig_reqs[2 * p];
+        uint8_t *state = &x->sig_state[p];
+
+        if ((*state & SIG_RECV_OPEN) && reqs[1].done) {
+            if (reqs[1].status != CHORUS_SUCCESS) {
+                chorus_status_t status = sig_blame(x, reqs[1].status);
+                if (status == CHORUS_ERR_MISMATCH) return status;
+                x->status = chorus__error_context(status, "%s: receiving the call signature of "
+                                                  "rank %d", x->what, p);
+                return x->status;
+            }
+            if (sig_differs(x, p)) return sig_report(x, p);
+            *state = (uint8_t)((*state & ~SIG_RECV_OPEN) | SIG_OK);
+            x->sig_open--;
+        }
+        if ((*state & SIG_SEND_OPEN) && reqs[0].done) {
+            if (reqs[0].status != CHORUS_SUCCESS) {
+                chorus_status_t status = sig_blame(x, reqs[0].status);
+                if (status == CHORUS_ERR_MISMATCH) return status;
+                x->status = chorus__error_context(status, "%s: sending our call signature to "
+                                                  "rank %d", x->what, p);
+                return x->status;
+            }
+            *state &= (uint8_t)~SIG_SEND_OPEN;
+            x->sig_open--;
+        }
+    }
+    return CHORUS_SUCCESS;
+}
+
 chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched,
                                    void *const bufs[CHORUS_NUM_BUFS], chorus_dtype_t dtype,
                                    chorus_op_t op, const chorus_peer_tp_t *peers,
@@ -68,6 +302,12 @@ chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched
     chorus_status_t status;
     const int nranks = sched->nranks;
 
+    /* An armed signature belongs to this execution only, even if it fails to start. */
+    x->sig_on = x->sig_armed;
+    x->sig_armed = 0;
+    if (x->sig_on) x->sig = x->sig_next;
+    x->nsig_peers = 0;
+    x->sig_open = 0;
     if (!sched->finalized) {
         return chorus__error(CHORUS_ERR_INTERNAL, "%s: engine given an unfinalized schedule", what);
     }
@@ -110,7 +350,7 @@ chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched
         if (step_is_comm(st)) x->peer_order[x->peer_next[2 * st->peer + step_dir(st)]++] = i;
     }
     for (int k = 0; k < 2 * nranks; k++) x->peer_next[k] = begin[k];
-    return CHORUS_SUCCESS;
+    return x->sig_on ? sig_setup(x, nranks) : CHORUS_SUCCESS;
 }
 
 static char *ref_ptr(const chorus_exec_t *x, chorus_ref_t ref)
@@ -122,6 +362,7 @@ static chorus_status_t fail(chorus_exec_t *x, chorus_status_t status, uint32_t i
 {
     const chorus_step_t *st = &x->sched->steps[i];
     static const char *kinds[] = {"send to", "recv from", "reduce", "copy"};
+    if (step_is_comm(st) && sig_blame(x, status) == CHORUS_ERR_MISMATCH) return x->status;
     if (step_is_comm(st)) {
         chorus__error_context(status, "%s: step %u (%s peer %d, %llu elements)", x->what, i,
                               kinds[st->kind], st->peer, (unsigned long long)st->count);
@@ -207,6 +448,10 @@ chorus_status_t chorus__exec_progress(chorus_exec_t *x, int *done_p, int *progre
     if (!x->started) {
         x->started = 1;
         progressed = 1;
+        if (x->sig_on) {
+            status = sig_post(x);
+            if (status != CHORUS_SUCCESS) goto out;
+        }
         for (uint32_t i = 0; i < s->nsteps && status == CHORUS_SUCCESS; i++) {
             if (s->steps[i].ndeps == 0) status = make_ready(x, i);
         }
@@ -218,16 +463,28 @@ chorus_status_t chorus__exec_progress(chorus_exec_t *x, int *done_p, int *progre
         for (int t = 0; t < x->ntps; t++) {
             status = x->tps[t].ops->progress(x->tps[t].tp);
             if (status != CHORUS_SUCCESS) {
-                x->status = chorus__error_context(status, "%s", x->what);
+                status = sig_blame(x, status);
+                if (status != CHORUS_ERR_MISMATCH)
+                    x->status = chorus__error_context(status, "%s", x->what);
                 goto out;
             }
         }
+        if (x->sig_open > 0) {
+            int open = x->sig_open;
+            status = sig_poll(x);
+            if (status != CHORUS_SUCCESS) goto out;
+            moved = x->sig_open != open;
+        }
         /* Collect completed transfers first: completing them may post new requests, which
-         * append to the in-flight list. */
+         * append to the in-flight list. A receive from a peer whose signature has not
+         * matched yet stays in the list: its data must not be used before. */
         uint32_t keep = 0, nfinished = 0;
         for (uint32_t k = 0; k < x->ninflight; k++) {
             uint32_t i = x->inflight[k];
-            if (!x->reqs[i].done) {
+            const chorus_step_t *st = &s->steps[i];
+            if (!x->reqs[i].done ||
+                (x->sig_on && x->reqs[i].status == CHORUS_SUCCESS &&
+                 st->kind == CHORUS_STEP_RECV && !(x->sig_state[st->peer] & SIG_OK))) {
                 x->inflight[keep++] = i;
             } else if (x->reqs[i].status != CHORUS_SUCCESS) {
                 status = fail(x, x->reqs[i].status, i);
@@ -255,9 +512,100 @@ chorus_status_t chorus__exec_progress(chorus_exec_t *x, int *done_p, int *progre
     }
 
 out:
-    *done_p = status == CHORUS_SUCCESS && x->ndone == s->nsteps;
+    *done_p = status == CHORUS_SUCCESS && x->ndone == s->nsteps && x->sig_open == 0;
     if (progressed_p != NULL) *progressed_p = progressed;
     return status;
+}
+
+/* ---- Timeout message ---- */
+
+/* One kind of pending transfer, for the timeout message. */
+typedef struct {
+    uint8_t send; /* else a receive */
+    uint8_t sig;  /* a call signature, else data */
+    int32_t peer;
+} pending_t;
+
+/* Adds (send, sig, peer) to list (n used of cap) unless there; returns the new n, or -1
+ * when it did not fit. */
+static int note_pending(pending_t *list, int n, int cap, int send, int sig, int peer)
+{
+    for (int k = 0; k < n; k++)
+        if (list[k].send == send && list[k].sig == sig && list[k].peer == peer) return n;
+    if (n == cap) return -1;
+    list[n].send = (uint8_t)send;
+    list[n].sig = (uint8_t)sig;
+    list[n].peer = peer;
+    return n + 1;
+}
+
+/* Fails x with CHORUS_ERR_TIMEOUT naming what it waited for: the ranks of the pending
+ * receives (else of the sends), the earliest step in flight, and the pending transfers. */
+static chorus_status_t exec_timeout(chorus_exec_t *x, double waited_s)
+{
+    enum { CAP = 6 };
+    pending_t list[CAP];
+    int n = 0, more = 0, total = (int)x->ninflight, nwho = 0;
+    uint32_t first = UINT32_MAX;
+    char who[96] = "", detail[256] = "";
+    size_t wl = 0, dl = 0;
+
+    for (int k = 0; k < x->nsig_peers; k++) {
+        const int p = x->sig_peers[k];
+        for (int send = 0; send < 2; send++) {
+            if (!(x->sig_state[p] & (send ? SIG_SEND_OPEN : SIG_RECV_OPEN))) continue;
+            int m = note_pending(list, n, CAP, send, 1, p);
+            more |= m < 0;
+            n = m < 0 ? n : m;
+            total++;
+        }
+    }
+    /* The step named is the earliest receive in flight (else the earliest send): what it
+     * waits for is what holds the others up. */
+    for (uint32_t k = 0; k < x->ninflight; k++) {
+        const uint32_t i = x->inflight[k];
+        const chorus_step_t *st = &x->sched->steps[i];
+        const int send = st->kind == CHORUS_STEP_SEND;
+        int m = note_pending(list, n, CAP, send, 0, st->peer);
+        more |= m < 0;
+        n = m < 0 ? n : m;
+        if (first == UINT32_MAX ||
+            (send ? x->sched->steps[first].kind == CHORUS_STEP_SEND && i < first
+                  : x->sched->steps[first].kind == CHORUS_STEP_SEND || i < first))
+            first = i;
+    }
+    /* Receives name whom we wait for; with none pending, the peers of the sends. */
+    for (int send = 0; send < 2 && nwho == 0; send++) {
+        for (int k = 0; k < n; k++) {
+            int dup = 0;
+            for (int j = 0; j < k; j++) dup |= list[j].send == send && list[j].peer == list[k].peer;
+            if (list[k].send != send || dup) continue;
+            sig_append(who, sizeof who, &wl, "%s%d", nwho++ ? ", " : "", (int)list[k].peer);
+        }
+    }
+    if (nwho == 0) {
+        x->status = chorus__error(CHORUS_ERR_TIMEOUT,
+                                  "%s: timed out after %.3g s with no transfer pending (%u of %u "
+                                  "steps done)", x->what, waited_s, x->ndone, x->sched->nsteps);
+        return x->status;
+    }
+    if (first != UINT32_MAX)
+        sig_append(detail, sizeof detail, &dl, "%s step %u of %u; ",
+                   x->sched->steps[first].kind == CHORUS_STEP_SEND ? "send" : "recv", first,
+                   x->sched->nsteps);
+    else
+        sig_append(detail, sizeof detail, &dl, "call signatures, before step 0 of %u; ",
+                   x->sched->nsteps);
+    sig_append(detail, sizeof detail, &dl, "%d transfer%s pending", total, total == 1 ? "" : "s");
+    for (int k = 0; k < n; k++)
+        sig_append(detail, sizeof detail, &dl, "%s%s %d%s", k ? ", " : ": ",
+                   list[k].send ? "send to" : "recv from", (int)list[k].peer,
+                   list[k].sig ? " (signature)" : "");
+    if (more) sig_append(detail, sizeof detail, &dl, ", ...");
+    x->status = chorus__error(CHORUS_ERR_TIMEOUT,
+                              "%s: timed out after %.3g s waiting for rank%s %s (%s)", x->what,
+                              waited_s, nwho > 1 ? "s" : "", who, detail);
+    return x->status;
 }
 
 chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *policy,
@@ -265,7 +613,8 @@ chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *
 {
     const uint64_t spin_ns = policy->spin_ns;
     const uint64_t yield_ns = policy->yield_ns;
-    uint64_t idle_since = chorus__now_ns();
+    const uint64_t t0 = chorus__now_ns();
+    uint64_t idle_since = t0;
 
     for (;;) {
         int done = 0, progressed = 0;
@@ -278,13 +627,8 @@ chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *
             x->status = chorus__error(CHORUS_ERR_ABORTED, "%s: communicator aborted", x->what);
             return x->status;
         }
-        if (deadline_ns != UINT64_MAX && now >= deadline_ns) {
-            x->status = chorus__error(CHORUS_ERR_TIMEOUT,
-                                      "%s: no progress before the deadline (%u of %u steps done, "
-                                      "%u transfers pending)",
-                                      x->what, x->ndone, x->sched->nsteps, x->ninflight);
-            return x->status;
-        }
+        if (deadline_ns != UINT64_MAX && now >= deadline_ns)
+            return exec_timeout(x, (double)(now - t0) * 1e-9);
         uint64_t idle = now - idle_since;
         if (idle < spin_ns) continue;
         if (idle < spin_ns + yield_ns || x->ntps == 0) {
@@ -314,5 +658,9 @@ void chorus__exec_fini(chorus_exec_t *x)
     free(x->peer_next);
     free(x->posted_ok);
     free(x->reqs);
+    free(x->sig_rx);
+    free(x->sig_reqs);
+    free(x->sig_state);
+    free(x->sig_peers);
     memset(x, 0, sizeof(*x));
 }

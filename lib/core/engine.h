@@ -15,12 +15,34 @@
 #include "transport/transport.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 
 /* The transport serving one peer. */
 typedef struct {
     const chorus_tp_ops_t *ops;
     chorus_tp_t *tp;
 } chorus_peer_tp_t;
+
+/* A collective call's identity, on which every rank of the call must agree. A signed
+ * execution sends it to each peer its schedule exchanges data with, ahead of any data on
+ * that ordered channel, and checks the peer's before using anything the peer sent.
+ * 48 bytes of fixed-width fields without padding, in host byte order (all ranks of a job
+ * share one). */
+typedef struct {
+    uint32_t magic;       /* CHORUS_EXEC_SIG_MAGIC: tells a signature from stray data */
+    uint8_t coll;         /* chorus_coll_t */
+    uint8_t dtype;        /* chorus_dtype_t */
+    uint8_t op;           /* chorus_op_t as called (AVG, not the SUM it runs as) */
+    uint8_t algo;         /* chorus_algo_t: ranks must build matching schedules */
+    int32_t root;         /* broadcast, reduce; 0 otherwise */
+    int32_t nranks;
+    uint64_t count;       /* the count argument of the call */
+    uint64_t chunk_count; /* the pipeline chunk, which shapes the schedule too */
+    uint64_t seq;         /* collective calls made on the communicator, this one included */
+    uint64_t opnum;       /* the "#N" of messages; shown, not compared (p2p advances it) */
+} chorus_exec_sig_t;
+
+#define CHORUS_EXEC_SIG_MAGIC 0x31475343u /* "CSG1" */
 
 /* Reusable state of one execution; keep it (e.g. in the communicator) so that its
  * arrays are allocated once and grown, not allocated per call. Zero-initialise it. */
@@ -53,6 +75,21 @@ typedef struct chorus_exec {
     uint32_t ndone;
     int started;
     chorus_status_t status;
+
+    /* Mismatch detection (chorus__exec_sign; private to engine.c but for coll_seq). */
+    uint64_t coll_seq;           /* the caller's count of collective calls (x lives as long
+                                  * as its communicator, so the counter lives here) */
+    chorus_exec_sig_t sig_next;  /* armed for the next chorus__exec_start */
+    int sig_armed;
+    int sig_on;                  /* this execution exchanges signatures */
+    chorus_exec_sig_t sig;       /* ours, the source of every signature send */
+    chorus_exec_sig_t *sig_rx;   /* per rank: the peer's signature */
+    chorus_tp_req_t *sig_reqs;   /* per rank: send, recv */
+    uint8_t *sig_state;          /* per rank: SIG_* bits */
+    int32_t *sig_peers;          /* the ranks the schedule exchanges data with */
+    int nsig_peers;
+    int sig_open;                /* signature transfers not yet collected */
+    int cap_sig_ranks;
 } chorus_exec_t;
 
 /* Prepares x to run sched with the given buffers. Does not communicate yet. */
@@ -60,6 +97,14 @@ chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched
                                    void *const bufs[CHORUS_NUM_BUFS], chorus_dtype_t dtype,
                                    chorus_op_t op, const chorus_peer_tp_t *peers,
                                    const chorus_peer_tp_t *tps, int ntps, const char *what);
+
+/* Arms signature checking for the next chorus__exec_start on x, and for that execution
+ * only: it sends *sig to every peer its schedule exchanges data with before any data, and
+ * receives theirs before any data from them, so that a peer that made a different call is
+ * reported as CHORUS_ERR_MISMATCH with both signatures before anything it sent is used. The
+ * execution is done only when every peer's signature arrived and matched. Both sides of a
+ * pair must sign (or not). */
+void chorus__exec_sign(chorus_exec_t *x, const chorus_exec_sig_t *sig);
 
 /* Advances the execution without blocking. *done_p becomes 1 when every step is done.
  * *progressed_p (may be NULL) says whether anything moved, for the caller's backoff.

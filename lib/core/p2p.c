@@ -59,10 +59,19 @@ static void p2p_group_clear(void)
 
 void chorus__p2p_forget(chorus_comm_t comm)
 {
-    if (p2p_group.comm == comm) {
-        p2p_group.comm = NULL;
-        p2p_group.nops = 0;
+    if (p2p_group.comm != comm || comm == NULL) return;
+    /* The recorded operations can no longer run. Dropping them quietly would let
+     * chorus_group_end report success for transfers that never happened, so the group
+     * fails, like a group with a bad call. */
+    if (p2p_group.error == CHORUS_SUCCESS) {
+        p2p_group.error = CHORUS_ERR_INVALID_ARGUMENT;
+        snprintf(p2p_group.error_msg, sizeof p2p_group.error_msg,
+                 "rank %d: the group's communicator was destroyed before chorus_group_end; "
+                 "its %zu operation(s) were dropped",
+                 comm->rank, p2p_group.nops);
     }
+    p2p_group.comm = NULL;
+    p2p_group.nops = 0;
 }
 
 /* Adds the self-pairs of ops as COPY steps: the k-th send to self feeds the k-th receive
@@ -168,9 +177,9 @@ static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
     if (p2p_group.depth == 0) {
         if (peer == comm->rank)
             return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                                 "rank %d: %s: a %s to self outside a group can never complete; "
+                                 "rank %d: %s: a %s self outside a group can never complete; "
                                  "put it in a group with its matching %s",
-                                 comm->rank, name, is_send ? "send" : "recv from",
+                                 comm->rank, name, is_send ? "send to" : "recv from",
                                  is_send ? "recv" : "send");
         return p2p_run(comm, &op, 1, name);
     }

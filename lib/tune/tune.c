@@ -389,8 +389,10 @@ chorus_status_t chorus_tune_record(chorus_comm_t comm, const char *collective, s
     if (algo <= CHORUS_ALGO_AUTO)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: \"%.64s\" is not an "
                              "algorithm", comm->rank, fn, algorithm);
-    if (!chorus__algo_supports((chorus_algo_t)algo, (chorus_coll_t)coll) &&
-        algo != CHORUS_ALGO_ARENA)
+    /* The arena is not a schedule: chorus__algo_supports does not know it. */
+    if (algo == CHORUS_ALGO_ARENA ? coll != CHORUS_COLL_ALLREDUCE
+                                  : !chorus__algo_supports((chorus_algo_t)algo,
+                                                           (chorus_coll_t)coll))
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: %s does not implement "
                              "%s", comm->rank, fn, algorithm, collective);
     if (bytes == 0 || chunk_bytes == 0 || (uint64_t)bytes > ((uint64_t)1 << 40) ||

@@ -70,6 +70,18 @@ int chorus__log_get_rank(void)
     return log_rank;
 }
 
+void chorus__log_report(const char *line)
+{
+    char buf[2048];
+
+    (void)chorus__log_level();
+    /* One write for the whole line: a SIGUSR1 report (write(2) in a handler) may land
+     * between two writes, never inside one. */
+    snprintf(buf, sizeof buf, "%s\n", line);
+    fputs(buf, log_file);
+    fflush(log_file);
+}
+
 void chorus__log(chorus_log_level_t level, const char *subsys, const char *fmt, ...)
 {
     if (chorus__log_level() < level || level == CHORUS_LOG_NONE) return;

@@ -22,6 +22,11 @@ chorus_log_level_t chorus__log_level(void);
 void chorus__log(chorus_log_level_t level, const char *subsys, const char *fmt, ...)
     CHORUS_PRINTF(3, 4);
 
+/* Writes one line that the user asked for by a setting of its own (the hang report of
+ * CHORUS_HANG_REPORT), whatever CHORUS_DEBUG says: to CHORUS_DEBUG_FILE when logging goes
+ * there, else to stderr. Thread-safe. */
+void chorus__log_report(const char *line);
+
 /* The rank printed in this thread's log lines (-1: none). Entry points set it. */
 void chorus__log_set_rank(int rank);
 int chorus__log_get_rank(void);

@@ -11,6 +11,7 @@
  * rank is left behind.
  */
 #include "chorus.h"
+#include "hang.h"
 #include "relay.h"
 
 #include <errno.h>
@@ -34,6 +35,9 @@ extern char **environ;
 
 #define MAX_RANKS 4096
 #define DEFAULT_GRACE_S 3.0
+/* After the first rank fails with a timeout, the others get this long to write their own
+ * hang report before they are stopped: their deadlines fall due at about the same time. */
+#define HANG_WAIT_S 2.0
 #define EXIT_USAGE 2
 #define EXIT_TIMEOUT 124
 #define EXIT_NOT_FOUND 127
@@ -43,6 +47,7 @@ typedef struct {
     int prefix;       /* prefix output lines with "[r] " */
     double timeout_s; /* 0: no timeout */
     double grace_s;   /* between SIGTERM and SIGKILL */
+    int hang_signal;  /* --hang-report: SIGUSR1 to every rank at the first timeout */
     char **argv;      /* the program and its arguments, NULL-terminated */
 } options_t;
 
@@ -59,6 +64,8 @@ typedef struct {
     int sigfd;
     int stopping;   /* the ranks were told to stop: failure, timeout or signal */
     double kill_at; /* when SIGKILL follows SIGTERM; 0 when not armed */
+    double stop_at; /* when the ranks are stopped after a timeout report; 0: not armed */
+    int hang_asked; /* SIGUSR1 was sent for the hang report */
     int exit_code;  /* -1 until something decides it */
 } run_t;
 
@@ -112,6 +119,8 @@ static void usage(FILE *out)
             "  -t, --timeout SEC   stop all ranks and exit %d after SEC seconds\n"
             "  -g, --grace SEC     seconds between SIGTERM and SIGKILL (default %.0f)\n"
             "  -x VAR=VALUE        set an environment variable for all ranks (repeatable)\n"
+            "      --hang-report   at the first timeout, ask every rank for its state\n"
+            "                      (SIGUSR1; sets CHORUS_HANG_REPORT=2 for the ranks)\n"
             "  -h, --help          this help\n"
             "  -V, --version       print the version of the Chorus library\n"
             "\n"
@@ -119,7 +128,9 @@ static void usage(FILE *out)
             "SIGKILL after the grace period, and chorusrun exits with the failed rank's\n"
             "status (128 + signal number for a signal). SIGINT, SIGTERM, SIGHUP and SIGQUIT\n"
             "are forwarded to the ranks; a second one kills them at once. All ranks are\n"
-            "local, so CHORUS_SOCKET_IFNAME defaults to lo.\n",
+            "local, so CHORUS_SOCKET_IFNAME defaults to lo. When a collective times out,\n"
+            "chorusrun prints a hang summary from the ranks' reports (CHORUS_HANG_REPORT)\n"
+            "naming the ranks that never arrived (not with -q).\n",
             MAX_RANKS, EXIT_TIMEOUT, DEFAULT_GRACE_S);
 }
 
@@ -164,6 +175,7 @@ static int parse_options(int argc, char **argv, options_t *opt)
         {"grace", required_argument, NULL, 'g'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
+        {"hang-report", no_argument, NULL, 'H'},
         {NULL, 0, NULL, 0},
     };
     char *end;
@@ -187,6 +199,10 @@ static int parse_options(int argc, char **argv, options_t *opt)
             opt->nranks = (int)n;
             break;
         case 'q': opt->prefix = 0; break;
+        case 'H':
+            opt->hang_signal = 1;
+            if (setenv("CHORUS_HANG_REPORT", "2", 1) != 0) return -1;
+            break;
         case 't':
             if (parse_seconds(optarg, &opt->timeout_s) != 0) {
                 say("--timeout expects seconds, got '%s'", optarg);
@@ -389,12 +405,14 @@ static int spawn_rank(run_t *run, int r, const char *path, char **envp, int stdi
         snprintf(prefix, sizeof(prefix), "[%d] ", r);
         if (relay_init(&rank->out, out[0], STDOUT_FILENO, prefix) != 0 ||
             relay_init(&rank->err, err[0], STDERR_FILENO, prefix) != 0) {
+            rank->out.rank = rank->err.rank = -1;
             say("cannot relay the output of rank %d: %s", r, strerror(errno));
             /* A relay that was set up owns its pipe; finish() closes it. */
             if (rank->out.buf == NULL) close(out[0]);
             if (rank->err.buf == NULL) close(err[0]);
             return -1;
         }
+        rank->out.rank = rank->err.rank = r;
     }
     return 0;
 
@@ -441,7 +459,12 @@ static void reap(run_t *run)
         else
             say("rank %d exited with status %d", r, WEXITSTATUS(wstatus));
         run->exit_code = status_exit_code(wstatus);
-        stop_ranks(run, SIGTERM);
+        /* A timeout: the others' reports are on their way (hang.h). */
+        if (hang_seen_timeout()) {
+            if (run->stop_at == 0.0) run->stop_at = now_s() + HANG_WAIT_S;
+        } else {
+            stop_ranks(run, SIGTERM);
+        }
     }
 }
 
@@ -482,6 +505,12 @@ static void check_deadlines(run_t *run, double start)
         run->exit_code = EXIT_TIMEOUT;
         stop_ranks(run, SIGTERM);
     }
+    if (hang_seen_timeout() && run->opt.hang_signal && !run->hang_asked) {
+        run->hang_asked = 1;
+        signal_ranks(run, SIGUSR1);
+    }
+    if (run->stop_at > 0.0 && !run->stopping && (now >= run->stop_at || run->nrunning == 0))
+        stop_ranks(run, SIGTERM);
     if (run->kill_at > 0.0 && now >= run->kill_at) {
         signal_ranks(run, SIGKILL);
         run->kill_at = 0.0;
@@ -494,6 +523,8 @@ static int poll_timeout_ms(const run_t *run, double start)
 
     if (run->opt.timeout_s > 0.0 && !run->stopping) next = start + run->opt.timeout_s;
     if (run->kill_at > 0.0 && (next < 0.0 || run->kill_at < next)) next = run->kill_at;
+    if (run->stop_at > 0.0 && !run->stopping && (next < 0.0 || run->stop_at < next))
+        next = run->stop_at;
     if (next < 0.0) return -1;
     if (next <= now) return 0;
     return (int)((next - now) * 1000.0) + 1;
@@ -639,6 +670,10 @@ int main(int argc, char **argv)
     memset(&run, 0, sizeof(run));
     run.exit_code = -1;
     if (parse_options(argc, argv, &run.opt) != 0) return EXIT_USAGE;
+    if (hang_init(run.opt.nranks) != 0) {
+        say("out of memory");
+        return 1;
+    }
     path = find_program(run.opt.argv[0]);
     if (path == NULL) {
         say("%s: command not found", run.opt.argv[0]);
@@ -665,6 +700,7 @@ int main(int argc, char **argv)
     }
     supervise(&run, pfds, polled);
     finish(&run);
+    hang_summary();
 
 out_free:
     free(polled);

@@ -5,6 +5,8 @@
  */
 #include "relay.h"
 
+#include "hang.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -57,6 +59,7 @@ static void out_append(out_t *out, const char *data, size_t len)
 /* Appends one line with its prefix; has_newline says whether data ends with one. */
 static void emit(relay_t *relay, const char *data, size_t len, int has_newline)
 {
+    if (relay->rank >= 0) (void)hang_note_line(relay->rank, data, has_newline ? len - 1 : len);
     out_append(&out_buf, relay->prefix, relay->prefix_len);
     out_append(&out_buf, data, len);
     if (!has_newline) out_append(&out_buf, "\n", 1);
@@ -111,6 +114,7 @@ int relay_init(relay_t *relay, int fd, int dest_fd, const char *prefix)
     memcpy(relay->prefix, prefix, relay->prefix_len);
     relay->prefix[relay->prefix_len] = '\0';
     relay->len = 0;
+    relay->rank = -1;
     return 0;
 }
 

@@ -19,6 +19,7 @@ typedef struct {
     size_t prefix_len;
     char *buf; /* RELAY_BUF_SIZE bytes: the start of a line not yet complete */
     size_t len;
+    int rank; /* whose lines these are, for the hang summary (hang.h); -1: nobody's */
 } relay_t;
 
 /* Sets up a relay of fd (made non-blocking here) to dest_fd. prefix may be "" (no prefix).
