@@ -21,9 +21,6 @@
 #define CHORUS_BS_PURPOSE_ROOT 0x524f4f54u /* "ROOT" */
 #define CHORUS_BS_PURPOSE_RING 0x52494e47u /* "RING" */
 
-/* The most ranks a bootstrap accepts: it bounds the table the root sends. */
-#define CHORUS_BS_MAX_RANKS (1 << 20)
-
 typedef struct {
     uint32_t purpose;
     uint64_t comm_id;
@@ -74,6 +71,26 @@ chorus_status_t chorus__bs_unpack_addr(const uint8_t in[CHORUS_BS_ADDR_BYTES],
 
 void chorus__bs_hello_pack(const chorus_bs_hello_t *h, uint8_t out[CHORUS_BS_HELLO_BYTES]);
 chorus_status_t chorus__bs_hello_unpack(const uint8_t *in, size_t len, chorus_bs_hello_t *h_p);
+
+/* What the root service collects: one hello per rank, the rank count fixed by the first
+ * hello it admits. The fields are the admission's (chorus__bs_root_admit); the caller files
+ * the connection of an admitted rank in fds[rank] and counts it in arrived. */
+typedef struct {
+    uint64_t comm_id;
+    const char *name; /* for log messages */
+    int nranks;       /* 0 until the first hello is admitted */
+    int arrived;
+    int *fds;         /* nranks entries, -1 until that rank arrives */
+    uint8_t *table;   /* the table message: 8-byte header, then nranks packed addresses */
+} chorus_bs_root_tab_t;
+
+/* Admits a hello that arrived at the root (after authentication): a rank of the
+ * communicator, below its rank count (at most CHORUS_BS_MAX_RANKS, and the same as the
+ * earlier hellos said), not arrived yet, with an address, which goes into the table (the
+ * table is allocated at the first admitted hello). Returns 1 when admitted, 0 to refuse
+ * (logged). Pure but for the allocation and the log, so that tests/fuzz/fuzz_bs_root.c
+ * feeds it sequences of hellos. Free fds and table when done. */
+int chorus__bs_root_admit(chorus_bs_root_tab_t *tab, const chorus_bs_hello_t *h);
 
 /* Starts the detached root service thread on listen_fd (which it then owns and closes,
  * also on failure) for the id described by info. */

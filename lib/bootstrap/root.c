@@ -27,75 +27,78 @@ typedef struct {
     chorus_id_info_t info;
     char name[96]; /* "bootstrap root 1.2.3.4:5" for logs */
     uint64_t deadline_ns;
-    int nranks; /* 0 until the first hello */
-    int arrived;
-    int *fds;       /* per rank, -1 until it arrives */
-    uint8_t *table; /* 8-byte header, then nranks packed addresses */
+    chorus_bs_root_tab_t tab;
 } root_t;
 
 static void root_free(root_t *root)
 {
     int r;
 
-    if (root->fds != NULL) {
-        for (r = 0; r < root->nranks; r++) {
-            if (root->fds[r] >= 0) close(root->fds[r]);
+    if (root->tab.fds != NULL) {
+        for (r = 0; r < root->tab.nranks; r++) {
+            if (root->tab.fds[r] >= 0) close(root->tab.fds[r]);
         }
     }
-    free(root->fds);
-    free(root->table);
+    free(root->tab.fds);
+    free(root->tab.table);
     if (root->listen_fd >= 0) close(root->listen_fd);
     OPENSSL_cleanse(root, sizeof(*root));
     free(root);
 }
 
-/* Checks a hello and files its rank. Returns 1 if fd was kept, 0 if it must be closed. */
-static int root_admit(root_t *root, const chorus_bs_hello_t *h)
+/* The first admitted hello sizes the tables (nranks is bounded by the caller). */
+static int root_alloc(chorus_bs_root_tab_t *tab, uint32_t nranks)
 {
-    if (h->purpose != CHORUS_BS_PURPOSE_ROOT || h->comm_id != root->info.comm_id) {
+    tab->fds = malloc(sizeof(int) * nranks);
+    tab->table = calloc(1, 8 + (size_t)CHORUS_BS_ADDR_BYTES * nranks);
+    if (tab->fds == NULL || tab->table == NULL) {
+        CHORUS_WARN("bootstrap", "%s: no memory for %u ranks", tab->name, (unsigned)nranks);
+        free(tab->fds);
+        free(tab->table);
+        tab->fds = NULL;
+        tab->table = NULL;
+        return 0;
+    }
+    tab->nranks = (int)nranks;
+    for (int r = 0; r < tab->nranks; r++)
+        tab->fds[r] = -1;
+    memcpy(tab->table, "TABL", 4);
+    chorus__bs_put32(tab->table + 4, nranks);
+    return 1;
+}
+
+int chorus__bs_root_admit(chorus_bs_root_tab_t *tab, const chorus_bs_hello_t *h)
+{
+    if (h->purpose != CHORUS_BS_PURPOSE_ROOT || h->comm_id != tab->comm_id) {
         CHORUS_WARN("bootstrap",
                     "%s: dropped a peer with the right secret but another "
                     "communicator or purpose (a stale job?)",
-                    root->name);
+                    tab->name);
         return 0;
     }
     if (h->nranks < 1 || h->nranks > CHORUS_BS_MAX_RANKS || h->rank >= h->nranks) {
-        CHORUS_WARN("bootstrap", "%s: dropped rank %u of %u: out of range", root->name,
+        CHORUS_WARN("bootstrap", "%s: dropped rank %u of %u: out of range", tab->name,
                     (unsigned)h->rank, (unsigned)h->nranks);
         return 0;
     }
-    if (root->nranks == 0) {
-        root->fds = malloc(sizeof(int) * h->nranks);
-        root->table = calloc(1, 8 + (size_t)CHORUS_BS_ADDR_BYTES * h->nranks);
-        if (root->fds == NULL || root->table == NULL) {
-            CHORUS_WARN("bootstrap", "%s: no memory for %u ranks", root->name, (unsigned)h->nranks);
-            free(root->fds);
-            free(root->table);
-            root->fds = NULL;
-            root->table = NULL;
-            return 0;
-        }
-        root->nranks = (int)h->nranks;
-        for (int r = 0; r < root->nranks; r++)
-            root->fds[r] = -1;
-        memcpy(root->table, "TABL", 4);
-        chorus__bs_put32(root->table + 4, h->nranks);
-    }
-    if ((int)h->nranks != root->nranks) {
-        CHORUS_WARN("bootstrap", "%s: rank %u says there are %u ranks, but earlier ranks said %d",
-                    root->name, (unsigned)h->rank, (unsigned)h->nranks, root->nranks);
+    /* Checked before the first hello fixes the rank count: a hello that is refused anyway
+     * must not size the tables. */
+    if (h->addr.ss_family != AF_INET && h->addr.ss_family != AF_INET6) {
+        CHORUS_WARN("bootstrap", "%s: rank %u sent no address", tab->name, (unsigned)h->rank);
         return 0;
     }
-    if (root->fds[h->rank] >= 0) {
-        CHORUS_WARN("bootstrap", "%s: rank %u joined twice; the second is dropped", root->name,
+    if (tab->nranks == 0 && !root_alloc(tab, h->nranks)) return 0;
+    if ((int)h->nranks != tab->nranks) {
+        CHORUS_WARN("bootstrap", "%s: rank %u says there are %u ranks, but earlier ranks said %d",
+                    tab->name, (unsigned)h->rank, (unsigned)h->nranks, tab->nranks);
+        return 0;
+    }
+    if (tab->fds[h->rank] >= 0) {
+        CHORUS_WARN("bootstrap", "%s: rank %u joined twice; the second is dropped", tab->name,
                     (unsigned)h->rank);
         return 0;
     }
-    if (h->addr.ss_family != AF_INET && h->addr.ss_family != AF_INET6) {
-        CHORUS_WARN("bootstrap", "%s: rank %u sent no address", root->name, (unsigned)h->rank);
-        return 0;
-    }
-    chorus__bs_pack_addr(&h->addr, root->table + 8 + (size_t)CHORUS_BS_ADDR_BYTES * h->rank);
+    chorus__bs_pack_addr(&h->addr, tab->table + 8 + (size_t)CHORUS_BS_ADDR_BYTES * h->rank);
     return 1;
 }
 
@@ -103,26 +106,28 @@ static int root_admit(root_t *root, const chorus_bs_hello_t *h)
 static int root_gather(root_t *root, chorus_acceptor_t *acc)
 {
     uint8_t buf[CHORUS_BS_HELLO_BYTES];
+    chorus_bs_root_tab_t *tab = &root->tab;
     chorus_bs_hello_t h;
     size_t len;
     int fd;
 
-    while (root->nranks == 0 || root->arrived < root->nranks) {
+    while (tab->nranks == 0 || tab->arrived < tab->nranks) {
         chorus_status_t status =
             chorus__acceptor_accept(acc, buf, sizeof(buf), &len, root->deadline_ns, NULL, &fd);
         if (status != CHORUS_SUCCESS) {
             CHORUS_WARN("bootstrap", "%s: giving up with %d of %d ranks arrived: %s", root->name,
-                        root->arrived, root->nranks, chorus_last_error());
+                        tab->arrived, tab->nranks, chorus_last_error());
             return -1;
         }
-        if (chorus__bs_hello_unpack(buf, len, &h) != CHORUS_SUCCESS || !root_admit(root, &h)) {
+        if (chorus__bs_hello_unpack(buf, len, &h) != CHORUS_SUCCESS ||
+            !chorus__bs_root_admit(tab, &h)) {
             close(fd);
             continue;
         }
-        root->fds[h.rank] = fd;
-        root->arrived++;
+        tab->fds[h.rank] = fd;
+        tab->arrived++;
         CHORUS_TRACE("bootstrap", "%s: rank %u arrived (%d of %d)", root->name, (unsigned)h.rank,
-                     root->arrived, root->nranks);
+                     tab->arrived, tab->nranks);
     }
     return 0;
 }
@@ -145,15 +150,15 @@ static void *root_main(void *arg)
     acc = NULL;
     close(root->listen_fd);
     root->listen_fd = -1;
-    table_len = 8 + (size_t)CHORUS_BS_ADDR_BYTES * root->nranks;
-    for (r = 0; r < root->nranks; r++) {
-        if (chorus__sock_send_all(root->fds[r], root->table, table_len, root->deadline_ns) !=
-            CHORUS_SUCCESS) {
+    table_len = 8 + (size_t)CHORUS_BS_ADDR_BYTES * root->tab.nranks;
+    for (r = 0; r < root->tab.nranks; r++) {
+        if (chorus__sock_send_all(root->tab.fds[r], root->tab.table, table_len,
+                                  root->deadline_ns) != CHORUS_SUCCESS) {
             CHORUS_WARN("bootstrap", "%s: could not send the table to rank %d: %s", root->name, r,
                         chorus_last_error());
         }
     }
-    CHORUS_INFO("bootstrap", "%s: all %d ranks met", root->name, root->nranks);
+    CHORUS_INFO("bootstrap", "%s: all %d ranks met", root->name, root->tab.nranks);
 out:
     chorus__acceptor_destroy(acc);
     root_free(root);
@@ -175,6 +180,8 @@ chorus_status_t chorus__bs_root_spawn(int listen_fd, const chorus_id_info_t *inf
     }
     root->listen_fd = listen_fd;
     root->info = *info;
+    root->tab.comm_id = info->comm_id;
+    root->tab.name = root->name;
     root->deadline_ns = chorus__deadline_after(chorus__config_seconds("CHORUS_TIMEOUT", 300.0));
     snprintf(root->name, sizeof(root->name), "bootstrap root %s",
              chorus__sock_addr_str(&info->root_addr, text, sizeof(text)));

@@ -33,6 +33,7 @@
 #define AUTH_MAC_BYTES 32
 #define AUTH_CHALLENGE_BYTES (4 + 4 + AUTH_NONCE_BYTES)
 #define AUTH_RESPONSE_HEAD (AUTH_NONCE_BYTES + AUTH_MAC_BYTES + 4)
+_Static_assert(AUTH_RESPONSE_HEAD == CHORUS_AUTH_RESPONSE_HEAD, "auth.h and auth.c disagree");
 
 /* A stranger gets this long to complete its handshake, so that one that connects and
  * says nothing is dropped while real peers go on. */
@@ -272,15 +273,58 @@ static chorus_status_t auth_accept_new(chorus_acceptor_t *acc)
     }
 }
 
+int chorus__auth_check_response(const uint8_t secret[CHORUS_SECRET_BYTES], const uint8_t *nonce_s,
+                                const uint8_t *msg, size_t got, size_t *want_p,
+                                size_t *hello_len_p, const char **why_p)
+{
+    uint8_t expect[AUTH_MAC_BYTES];
+    uint32_t hello_len;
+
+    if (got < AUTH_RESPONSE_HEAD) {
+        *want_p = AUTH_RESPONSE_HEAD;
+        return 0;
+    }
+    /* The length is checked before it sizes anything: a stranger's u32 must not make the
+     * reader wait for, or reach past, more than the largest hello. */
+    hello_len = auth_get32(msg + AUTH_NONCE_BYTES + AUTH_MAC_BYTES);
+    if (hello_len > CHORUS_AUTH_HELLO_MAX) {
+        *why_p = "oversized hello (not a Chorus peer)";
+        return -1;
+    }
+    if (got < AUTH_RESPONSE_HEAD + hello_len) {
+        *want_p = AUTH_RESPONSE_HEAD + hello_len;
+        return 0;
+    }
+    if (got > AUTH_RESPONSE_HEAD + hello_len) {
+        *why_p = "more bytes than its response holds";
+        return -1;
+    }
+    if (auth_client_mac(secret, nonce_s, msg, msg + AUTH_NONCE_BYTES + AUTH_MAC_BYTES,
+                        msg + AUTH_RESPONSE_HEAD, hello_len, expect) != CHORUS_SUCCESS ||
+        CRYPTO_memcmp(expect, msg + AUTH_NONCE_BYTES, AUTH_MAC_BYTES) != 0) {
+        OPENSSL_cleanse(expect, sizeof(expect));
+        *why_p = "wrong MAC (different secret, or not a Chorus peer)";
+        return -1;
+    }
+    OPENSSL_cleanse(expect, sizeof(expect));
+    *hello_len_p = hello_len;
+    return 1;
+}
+
 /* Reads what handshake i has sent. Returns 1 when it completed (moved to acc->ready),
  * 0 when it needs more bytes, -1 when it was refused (and removed). */
 static int auth_progress(chorus_acceptor_t *acc, int i)
 {
     auth_pending_t *p = acc->pending[i];
-    uint8_t expect[AUTH_MAC_BYTES], proof[AUTH_MAC_BYTES];
-    uint32_t hello_len;
+    uint8_t proof[AUTH_MAC_BYTES];
+    const char *why = "malformed response";
+    size_t hello_len = 0;
+    int verdict;
 
-    while (p->got < p->want) {
+    /* The parser says how many bytes the response has in all; exactly those are read, so
+     * that what the client sends after its response stays in the socket for the caller. */
+    while ((verdict = chorus__auth_check_response(acc->secret, p->nonce_s, p->msg, p->got,
+                                                  &p->want, &hello_len, &why)) == 0) {
         ssize_t n = recv(p->fd, p->msg + p->got, p->want - p->got, MSG_DONTWAIT);
         if (n > 0) {
             p->got += (size_t)n;
@@ -291,19 +335,8 @@ static int auth_progress(chorus_acceptor_t *acc, int i)
         auth_refuse(acc, i, n == 0 ? "closed during the handshake" : strerror(errno));
         return -1;
     }
-    hello_len = auth_get32(p->msg + AUTH_NONCE_BYTES + AUTH_MAC_BYTES);
-    if (hello_len > CHORUS_AUTH_HELLO_MAX) {
-        auth_refuse(acc, i, "oversized hello (not a Chorus peer)");
-        return -1;
-    }
-    if (p->want == AUTH_RESPONSE_HEAD && hello_len > 0) {
-        p->want += hello_len;
-        return auth_progress(acc, i);
-    }
-    if (auth_client_mac(acc->secret, p->nonce_s, p->msg, p->msg + AUTH_NONCE_BYTES + AUTH_MAC_BYTES,
-                        p->msg + AUTH_RESPONSE_HEAD, hello_len, expect) != CHORUS_SUCCESS ||
-        CRYPTO_memcmp(expect, p->msg + AUTH_NONCE_BYTES, AUTH_MAC_BYTES) != 0) {
-        auth_refuse(acc, i, "wrong MAC (different secret, or not a Chorus peer)");
+    if (verdict < 0) {
+        auth_refuse(acc, i, why);
         return -1;
     }
     if (auth_server_mac(acc->secret, p->msg, p->nonce_s, proof) != CHORUS_SUCCESS ||

@@ -30,6 +30,22 @@ chorus_status_t chorus__random_bytes(void *buf, size_t len);
 chorus_status_t chorus__auth_client(int fd, const uint8_t secret[CHORUS_SECRET_BYTES],
                                     const void *hello, size_t hello_len, uint64_t deadline_ns);
 
+/* The client's response as the server reads it: nonce_c[16], mac_c[32], u32 hello_len,
+ * hello[hello_len]. */
+#define CHORUS_AUTH_RESPONSE_HEAD 52
+#define CHORUS_AUTH_RESPONSE_MAX (CHORUS_AUTH_RESPONSE_HEAD + CHORUS_AUTH_HELLO_MAX)
+
+/* The acceptor's whole parser of a stranger's bytes, kept pure so that it can be fuzzed:
+ * msg holds the got bytes of a response received so far (got <= CHORUS_AUTH_RESPONSE_MAX),
+ * nonce_s the 16-byte challenge they answer. Returns 0 when more bytes are needed (*want_p:
+ * the response's length in all as far as it is known, got < *want_p <=
+ * CHORUS_AUTH_RESPONSE_MAX), 1 when the response proves the secret (the hello is the
+ * *hello_len_p bytes at msg + CHORUS_AUTH_RESPONSE_HEAD), -1 when it must be refused (*why_p:
+ * a static string saying why, never the secret). Reads no byte of msg past got. */
+int chorus__auth_check_response(const uint8_t secret[CHORUS_SECRET_BYTES], const uint8_t *nonce_s,
+                                const uint8_t *msg, size_t got, size_t *want_p,
+                                size_t *hello_len_p, const char **why_p);
+
 /* An acceptor serves a listening socket: it accepts connections and runs the server
  * side of the handshake for many of them at once (poll), so a stalled stranger cannot
  * hold up a real peer. */

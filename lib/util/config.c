@@ -56,6 +56,10 @@ static const chorus_config_entry_t config_table[] = {
     {"CHORUS_ARENA_CHUNK", CHORUS_CFG_SIZE, "512K", "pipeline chunk of the arena's staged path"},
     {"CHORUS_ARENA_FLAT_MAX", CHORUS_CFG_SIZE, "16K",
      "largest allreduce (bytes) on the arena's flat path"},
+    {"CHORUS_HANG_REPORT", CHORUS_CFG_INT, "1",
+     "hang report lines: 0 none, 1 when a call times out, 2 also on SIGUSR1"},
+    {"CHORUS_TCP_KEEPALIVE", CHORUS_CFG_SECONDS, "10",
+     "seconds of silence (keep-alive, unacknowledged data) before a tcp peer is dead; 0 off"},
 };
 
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
@@ -116,7 +120,9 @@ int chorus__parse_size(const char *text, uint64_t *bytes_p)
 {
     char *end;
     errno = 0;
-    if (text == NULL || text[0] == '-') return -1;
+    /* strtoull skips blanks and takes a sign, and wraps " -5" to 2^64 - 5: a size starts
+     * with a digit or is not one. */
+    if (text == NULL || text[0] < '0' || text[0] > '9') return -1;
     unsigned long long v = strtoull(text, &end, 10);
     if (errno != 0 || end == text) return -1;
     unsigned shift = 0;

@@ -140,28 +140,32 @@ static chorus_status_t peer_rx(shm_tp_t *tp, shm_peer_t *p)
     return CHORUS_SUCCESS;
 }
 
-/* Fails a peer that died or closed, once what it sent before is delivered. */
-static chorus_status_t peer_check(shm_tp_t *tp, shm_peer_t *p)
+/* Nonzero if the peer's process is gone without having closed its side: killed or crashed.
+ * A peer that called fini set `closed` first, and its exit afterwards is no failure. */
+static int peer_died(const shm_peer_t *p)
 {
-    int closed, dead;
+    return p->pid_check && atomic_load(&p->seg.hdr->closed) == 0 && chorus__pid_dead(p->blob.pid);
+}
 
+/* Fails a peer that closed while we wait for it, once what it sent before is delivered. */
+static chorus_status_t peer_check_closed(shm_tp_t *tp, shm_peer_t *p)
+{
     if (p->failed != CHORUS_SUCCESS || (p->sq_head == NULL && p->rq_head == NULL)) {
         return CHORUS_SUCCESS;
     }
-    closed = atomic_load(&p->seg.hdr->closed) != 0;
-    dead = !closed && p->pid_check && chorus__pid_dead(p->blob.pid);
-    if (!closed && !dead) return CHORUS_SUCCESS;
+    if (atomic_load(&p->seg.hdr->closed) == 0) return CHORUS_SUCCESS;
     /* Its last messages may still be in our ring: deliver them first. */
     if (peer_rx(tp, p) != CHORUS_SUCCESS && p->failed != CHORUS_SUCCESS) return p->failed;
     if (p->sq_head == NULL && (p->rq_head == NULL || shm_ring_rx_ready(&p->rx))) {
         return CHORUS_SUCCESS;
     }
-    if (closed) {
-        return shm_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d closed its connection", p->rank);
-    }
-    return shm_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d (pid %u) died", p->rank, p->blob.pid);
+    return shm_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d closed its connection", p->rank);
 }
 
+/* Called while requests are pending. Deaths are looked for on every peer, not only on
+ * those we wait for: a collective needs every rank sooner or later, and the survivors that
+ * noticed a death close their connections in turn, so waiting to see a closed neighbour
+ * would blame the wrong rank. Deaths are therefore checked (and reported) before closes. */
 static chorus_status_t check_peers(shm_tp_t *tp, int force)
 {
     chorus_status_t first = CHORUS_SUCCESS;
@@ -170,7 +174,16 @@ static chorus_status_t check_peers(shm_tp_t *tp, int force)
     if (!force && now - tp->last_check_ns < SHM_CHECK_NS) return CHORUS_SUCCESS;
     tp->last_check_ns = now;
     for (int i = 0; i < tp->npeers; i++) {
-        chorus_status_t status = peer_check(tp, &tp->peers[i]);
+        shm_peer_t *p = &tp->peers[i];
+
+        if (p->failed != CHORUS_SUCCESS || !peer_died(p)) continue;
+        shm_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d (pid %u) died", p->rank, p->blob.pid);
+        if (first == CHORUS_SUCCESS) first = p->failed;
+    }
+    /* A close seen now would overwrite the death's message: the death is the news. */
+    if (first != CHORUS_SUCCESS) return first;
+    for (int i = 0; i < tp->npeers; i++) {
+        chorus_status_t status = peer_check_closed(tp, &tp->peers[i]);
 
         if (first == CHORUS_SUCCESS) first = status;
     }
@@ -290,7 +303,9 @@ static chorus_status_t shm_wait(chorus_tp_t *tp_, uint64_t timeout_us)
     atomic_store(&hdr->sleeping, 1);
     bell = atomic_load(&hdr->doorbell);
     atomic_thread_fence(memory_order_seq_cst);
-    if (!has_work(tp) && timeout_us > 0) chorus__futex_wait(&hdr->doorbell, bell, timeout_us * 1000);
+    if (!has_work(tp) && timeout_us > 0) {
+        chorus__futex_wait(&hdr->doorbell, bell, timeout_us * 1000);
+    }
     atomic_store(&hdr->sleeping, 0);
     /* What it finds is returned by the next progress(), like any peer failure. */
     check_peers(tp, 0);

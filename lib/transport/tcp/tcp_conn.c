@@ -94,6 +94,25 @@ static int pick_buf(uint64_t want, const char *sysctl, int rank, const char *wha
     return (int)want;
 }
 
+/* Keep-alive probes find a peer that went silent (its host or link down) on connections
+ * no data moves on; tcp_check_peers covers those with data in flight. Probes start after
+ * a fifth of CHORUS_TCP_KEEPALIVE of silence and repeat every fifth, so the kernel gives
+ * up after about the whole of it. No TCP_USER_TIMEOUT: it would also kill a connection
+ * whose receiver merely holds a zero window that long, which a late rank does legitimately. */
+static void tcp_keepalive_socket(const chorus_tp_t *tp, int fd)
+{
+    int one = 1, idle, cnt = 4;
+
+    if (tp->keepalive_s <= 0) return;
+    idle = tp->keepalive_s / 5 > 0 ? tp->keepalive_s / 5 : 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0) {
+        CHORUS_WARN("tcp", "rank %d: keep-alive: %s", tp->rank, strerror(errno));
+    }
+}
+
 void tcp_tune_socket(const chorus_tp_t *tp, int fd)
 {
     int one = 1;
@@ -108,6 +127,7 @@ void tcp_tune_socket(const chorus_tp_t *tp, int fd)
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &tp->rcvbuf, sizeof(tp->rcvbuf)) != 0) {
         CHORUS_WARN("tcp", "rank %d: SO_RCVBUF %d: %s", tp->rank, tp->rcvbuf, strerror(errno));
     }
+    tcp_keepalive_socket(tp, fd);
 }
 
 static chorus_status_t tcp_init(const chorus_tp_params_t *params, chorus_tp_t **tp_p)
@@ -124,7 +144,8 @@ static chorus_status_t tcp_init(const chorus_tp_params_t *params, chorus_tp_t **
     if (tp == NULL) goto err_nomem;
     tp->peers = calloc((size_t)params->nranks, sizeof(*tp->peers));
     tp->pfds = calloc((size_t)params->nranks, sizeof(*tp->pfds));
-    if (tp->peers == NULL || tp->pfds == NULL) goto err_free;
+    tp->check_peer = calloc((size_t)params->nranks, sizeof(*tp->check_peer));
+    if (tp->peers == NULL || tp->pfds == NULL || tp->check_peer == NULL) goto err_free;
     for (int p = 0; p < params->nranks; p++)
         tp->peers[p].fd = -1;
     tp->rank = params->rank;
@@ -133,6 +154,8 @@ static chorus_status_t tcp_init(const chorus_tp_params_t *params, chorus_tp_t **
     tp->comm_id = params->comm_id;
     tp->timeout_s = params->timeout_s;
     tp->abort_flag = params->abort_flag;
+    tp->keepalive_s = (int)chorus__config_seconds("CHORUS_TCP_KEEPALIVE", 10);
+    tp->blame = -1;
     tp->error = CHORUS_SUCCESS;
 
     uint64_t want = chorus__config_size("CHORUS_TCP_BUF", 4u << 20);
@@ -168,6 +191,7 @@ err_ctx:
     return status;
 err_free:
     free(tp->pfds);
+    free(tp->check_peer);
     free(tp->peers);
     free(tp);
 err_nomem:
@@ -181,29 +205,37 @@ static chorus_status_t tcp_get_addr(chorus_tp_t *tp, void *blob, size_t *len_p)
     return CHORUS_SUCCESS;
 }
 
+int chorus__tcp_hello_check(const uint8_t *hello, size_t len, uint64_t comm_id, int rank,
+                            const uint8_t *peer_mask, const char **why_p)
+{
+    if (len != TCP_HELLO_BYTES || get_be32(hello) != TCP_HELLO_MAGIC) {
+        *why_p = "not a tcp transport hello";
+        return -1;
+    }
+    if (get_be64(hello + 8) != comm_id) {
+        *why_p = "hello for another communicator";
+        return -1;
+    }
+    uint32_t peer = get_be32(hello + 4);
+    if (rank <= 0 || peer >= (uint32_t)rank || !peer_mask[peer]) {
+        *why_p = "rank not expected to connect here";
+        return -1;
+    }
+    return (int)peer;
+}
+
 /* Checks an authenticated hello; returns the peer rank, or -1 (with why) to refuse. */
 static int check_hello(const tcp_accept_ctx_t *ctx, const uint8_t *hello, size_t len,
                        const char **why_p)
 {
     const chorus_tp_t *tp = ctx->tp;
-    if (len != TCP_HELLO_BYTES || get_be32(hello) != TCP_HELLO_MAGIC) {
-        *why_p = "not a tcp transport hello";
-        return -1;
-    }
-    if (get_be64(hello + 8) != tp->comm_id) {
-        *why_p = "hello for another communicator";
-        return -1;
-    }
-    uint32_t peer = get_be32(hello + 4);
-    if (peer >= (uint32_t)tp->rank || !ctx->peer_mask[peer]) {
-        *why_p = "rank not expected to connect here";
-        return -1;
-    }
-    if (tp->peers[peer].fd >= 0) {
+    int peer = chorus__tcp_hello_check(hello, len, tp->comm_id, tp->rank, ctx->peer_mask, why_p);
+
+    if (peer >= 0 && tp->peers[peer].fd >= 0) {
         *why_p = "rank already connected";
         return -1;
     }
-    return (int)peer;
+    return peer;
 }
 
 static void *accept_main(void *arg)
@@ -360,10 +392,13 @@ static void tcp_fini(chorus_tp_t *tp)
 {
     if (tp == NULL) return;
     for (int p = 0; p < tp->nranks; p++) {
-        if (tp->peers[p].fd >= 0) close(tp->peers[p].fd);
+        if (tp->peers[p].fd < 0) continue;
+        tcp_say_goodbye(tp, p);
+        close(tp->peers[p].fd);
     }
     if (tp->listen_fd >= 0) close(tp->listen_fd);
     free(tp->pfds);
+    free(tp->check_peer);
     free(tp->peers);
     free(tp);
 }

@@ -8,6 +8,7 @@
  */
 #include "transport/tcp/tcp.h"
 
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -16,6 +17,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -23,6 +27,8 @@
 
 #define TCP_SLICE ((size_t)1 << 30) /* at most this many bytes per system call */
 #define TCP_IOV_MAX 64              /* iovec entries per sendmsg: batches small sends */
+
+static const char *others_dead(chorus_tp_t *tp, int peer, char *buf, size_t size);
 
 static void complete(chorus_tp_req_t *req, chorus_status_t status)
 {
@@ -75,6 +81,8 @@ chorus_status_t tcp_fail_peer(chorus_tp_t *tp, int peer, chorus_status_t status,
     } else {
         chorus__error(status, "%s", msg);
     }
+    snprintf(pp->why, sizeof pp->why, "%s", chorus_last_error());
+    if (tp->blame < 0) tp->blame = peer;
     /* Closing (rather than leaving the socket half read) makes the peer see the failure
      * too, so that its pending requests fail instead of waiting for a deadline. */
     if (pp->fd >= 0) close(pp->fd);
@@ -137,8 +145,10 @@ static void send_peer(chorus_tp_t *tp, int peer)
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
             int err = errno;
+            char why[256];
             tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, err == EPIPE || err == ECONNRESET ? 0 : err,
-                          "rank %d: tcp: peer %d closed the connection (sending)", tp->rank, peer);
+                          "rank %d: tcp: peer %d closed the connection (sending)%s", tp->rank, peer,
+                          others_dead(tp, peer, why, sizeof why));
             return;
         }
         advance_sends(pp, (size_t)n);
@@ -146,30 +156,71 @@ static void send_peer(chorus_tp_t *tp, int peer)
     }
 }
 
+tcp_hdr_verdict_t chorus__tcp_header_decode(const uint8_t hdr[TCP_HDR_BYTES], size_t posted,
+                                            int rank, int nranks, tcp_hdr_t *out)
+{
+    out->len = decode_u64(hdr, 8);
+    out->magic = (uint32_t)decode_u64(hdr + 8, 4);
+    out->word = (uint32_t)decode_u64(hdr + 12, 4);
+    out->blame = -1;
+    if (out->magic == TCP_BYE_MAGIC && out->len == 0) {
+        /* The word is the peer's to fill: only a rank of ours (not us) is believed. */
+        if (out->word > 0 && out->word <= (uint32_t)nranks && (int)out->word - 1 != rank) {
+            out->blame = (int)out->word - 1;
+        }
+        return TCP_HDR_BYE;
+    }
+    if (out->magic != TCP_MSG_MAGIC || out->word != 0) return TCP_HDR_BAD_MAGIC;
+    if (out->len > TCP_MAX_MSG) return TCP_HDR_TOO_LONG;
+    if (out->len != (uint64_t)posted) return TCP_HDR_MISMATCH;
+    return TCP_HDR_MSG;
+}
+
+/* A goodbye where data was expected, or one that says its sender left after a failure:
+ * fails the peer, naming the rank it blames (the cause, not one more rank that left). */
+static chorus_status_t goodbye_failure(chorus_tp_t *tp, int peer, const tcp_hdr_t *h, int scan)
+{
+    char why[256];
+
+    /* Not from inside a scan (it uses the same scratch): the scan names the dead itself. */
+    why[0] = '\0';
+
+    tp->peers[peer].bye = 1;
+    if (h->blame >= 0) {
+        if (tp->blame < 0) tp->blame = h->blame;
+        return tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
+                             "rank %d: tcp: peer %d left after it lost peer %d%s", tp->rank, peer,
+                             h->blame, scan ? others_dead(tp, peer, why, sizeof why) : why);
+    }
+    return tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
+                         "rank %d: tcp: peer %d closed its connection (it destroyed its "
+                         "communicator)%s", tp->rank, peer,
+                         scan ? others_dead(tp, peer, why, sizeof why) : why);
+}
+
 /* Checks a header that has just been read completely. */
 static chorus_status_t check_header(chorus_tp_t *tp, int peer, chorus_tp_req_t *req)
 {
-    const uint8_t *hdr = (const uint8_t *)req->priv;
-    uint64_t len = decode_u64(hdr, 8);
-    uint32_t magic = (uint32_t)decode_u64(hdr + 8, 4);
+    tcp_hdr_t h;
 
-    if (magic != TCP_MSG_MAGIC || decode_u64(hdr + 12, 4) != 0) {
-        return tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
-                             "rank %d: tcp: peer %d sent a bad header (magic 0x%08x)", tp->rank,
-                             peer, magic);
-    }
-    if (len > TCP_MAX_MSG) {
+    switch (chorus__tcp_header_decode((const uint8_t *)req->priv, req->bytes, tp->rank,
+                                      tp->nranks, &h)) {
+    case TCP_HDR_MSG: return CHORUS_SUCCESS;
+    case TCP_HDR_BYE: return goodbye_failure(tp, peer, &h, 1);
+    case TCP_HDR_TOO_LONG:
         return tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
                              "rank %d: tcp: peer %d announced %llu bytes, more than 2^40", tp->rank,
-                             peer, (unsigned long long)len);
-    }
-    if (len != (uint64_t)req->bytes) {
+                             peer, (unsigned long long)h.len);
+    case TCP_HDR_MISMATCH:
         return tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
                              "rank %d: tcp: peer %d sent %llu bytes for a receive of %zu "
                              "bytes (length mismatch)",
-                             tp->rank, peer, (unsigned long long)len, req->bytes);
+                             tp->rank, peer, (unsigned long long)h.len, req->bytes);
+    default:
+        return tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
+                             "rank %d: tcp: peer %d sent a bad header (magic 0x%08x)", tp->rank,
+                             peer, h.magic);
     }
-    return CHORUS_SUCCESS;
 }
 
 /* Reads into the posted receives of one peer, in order. The header and the payload of the
@@ -198,17 +249,20 @@ static void recv_peer(chorus_tp_t *tp, int peer)
         }
         ssize_t n = readv(pp->fd, iov, cnt);
         if (n == 0) {
+            char why[256];
             tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
-                          "rank %d: tcp: peer %d closed the connection", tp->rank, peer);
+                          "rank %d: tcp: peer %d closed the connection%s", tp->rank, peer,
+                          others_dead(tp, peer, why, sizeof why));
             return;
         }
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
             int err = errno;
+            char why[256];
             tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, err == ECONNRESET ? 0 : err,
-                          "rank %d: tcp: peer %d closed the connection (receiving)", tp->rank,
-                          peer);
+                          "rank %d: tcp: peer %d closed the connection (receiving)%s", tp->rank,
+                          peer, others_dead(tp, peer, why, sizeof why));
             return;
         }
         size_t before = req->offset;
@@ -256,8 +310,7 @@ chorus_status_t tcp_isend(chorus_tp_t *tp, int peer, const void *buf, size_t byt
     tcp_peer_t *pp = &tp->peers[peer];
     if (pp->error != CHORUS_SUCCESS) {
         complete(req, pp->error);
-        chorus__error(pp->error, "rank %d: tcp: isend: the connection to peer %d failed earlier",
-                      tp->rank, peer);
+        chorus__error(pp->error, "%s (%s after the failure)", pp->why, "isend");
         return CHORUS_SUCCESS;
     }
     req->kind = TCP_REQ_SEND;
@@ -280,8 +333,7 @@ chorus_status_t tcp_irecv(chorus_tp_t *tp, int peer, void *buf, size_t bytes, ch
     tcp_peer_t *pp = &tp->peers[peer];
     if (pp->error != CHORUS_SUCCESS) {
         complete(req, pp->error);
-        chorus__error(pp->error, "rank %d: tcp: irecv: the connection to peer %d failed earlier",
-                      tp->rank, peer);
+        chorus__error(pp->error, "%s (%s after the failure)", pp->why, "irecv");
         return CHORUS_SUCCESS;
     }
     req->kind = TCP_REQ_RECV;
@@ -299,33 +351,193 @@ chorus_status_t tcp_irecv(chorus_tp_t *tp, int peer, void *buf, size_t bytes, ch
 
 chorus_status_t tcp_progress(chorus_tp_t *tp)
 {
+    int pending = 0;
     for (int p = 0; p < tp->nranks; p++) {
         tcp_peer_t *pp = &tp->peers[p];
         if (pp->fd >= 0 && pp->sq_head != NULL) send_peer(tp, p);
         if (pp->fd >= 0 && pp->rq_head != NULL) recv_peer(tp, p);
+        pending |= pp->sq_head != NULL || pp->rq_head != NULL;
     }
+    if (pending) tcp_check_peers(tp, 0);
     return tp->error;
 }
 
 chorus_status_t tcp_wait(chorus_tp_t *tp, uint64_t timeout_us)
 {
     nfds_t nfds = 0;
+    int pending = 0;
     for (int p = 0; p < tp->nranks; p++) {
         tcp_peer_t *pp = &tp->peers[p];
-        if (pp->fd < 0 || (pp->sq_head == NULL && pp->rq_head == NULL)) continue;
+        /* Idle connections are watched too (for their end of stream only), so that a
+         * rank that died wakes us even when we wait for somebody else. */
+        if (pp->fd < 0 || pp->bye) continue;
         tp->pfds[nfds].fd = pp->fd;
-        tp->pfds[nfds].events =
-            (short)((pp->rq_head != NULL ? POLLIN : 0) | (pp->sq_head != NULL ? POLLOUT : 0));
+        tp->pfds[nfds].events = (short)((pp->rq_head != NULL ? POLLIN : POLLRDHUP) |
+                                        (pp->sq_head != NULL ? POLLOUT : 0));
         tp->pfds[nfds++].revents = 0;
+        pending |= pp->sq_head != NULL || pp->rq_head != NULL;
     }
     if (tp->abort_flag != NULL && atomic_load_explicit(tp->abort_flag, memory_order_relaxed)) {
         return chorus__error(CHORUS_ERR_ABORTED, "rank %d: tcp: wait: aborted", tp->rank);
     }
     /* Nothing pending means nothing to wait for: sleeping would only delay the caller. */
-    if (nfds == 0) return CHORUS_SUCCESS;
+    if (!pending) return CHORUS_SUCCESS;
     struct timespec ts = {(time_t)(timeout_us / 1000000), (long)(timeout_us % 1000000) * 1000};
     if (ppoll(tp->pfds, nfds, &ts, NULL) < 0 && errno != EINTR) {
         return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "rank %d: tcp: poll", tp->rank);
     }
+    /* What it finds is returned by the next progress(), like any connection error. */
+    tcp_check_peers(tp, 0);
     return CHORUS_SUCCESS;
+}
+
+void tcp_say_goodbye(chorus_tp_t *tp, int peer)
+{
+    tcp_peer_t *pp = &tp->peers[peer];
+    uint8_t hdr[TCP_HDR_BYTES];
+
+    /* In the middle of a message the peer would read the goodbye as payload: then the
+     * plain end of stream must do. */
+    if (pp->fd < 0 || pp->error != CHORUS_SUCCESS ||
+        (pp->sq_head != NULL && pp->sq_head->offset > 0)) {
+        return;
+    }
+    encode_header(hdr, 0);
+    for (int i = 0; i < 4; i++) {
+        hdr[8 + i] = (uint8_t)(TCP_BYE_MAGIC >> (24 - 8 * i));
+        hdr[12 + i] = (uint8_t)((uint32_t)(tp->blame + 1) >> (24 - 8 * i));
+    }
+    (void)send(pp->fd, hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* What an idle connection (no receive posted) tells: 1 the peer died (its stream ended
+ * without a goodbye), 0 nothing wrong (a goodbye is consumed here), and -1 that data
+ * waits first, so that the end of stream is left for the receives to find. */
+static int idle_stream_ended(chorus_tp_t *tp, int peer)
+{
+    tcp_peer_t *pp = &tp->peers[peer];
+    uint8_t hdr[TCP_HDR_BYTES];
+    tcp_hdr_t h;
+    int avail = 0;
+
+    if (ioctl(pp->fd, FIONREAD, &avail) != 0) return 0;
+    if (avail == 0) return 1;
+    if (avail != TCP_HDR_BYTES || recv(pp->fd, hdr, sizeof hdr, MSG_PEEK | MSG_DONTWAIT) !=
+                                          (ssize_t)sizeof hdr) {
+        return -1;
+    }
+    if (chorus__tcp_header_decode(hdr, 0, tp->rank, tp->nranks, &h) != TCP_HDR_BYE) return -1;
+    (void)recv(pp->fd, hdr, sizeof hdr, MSG_DONTWAIT);
+    /* A peer that left after a failure takes the communicator down with it. */
+    if (h.word != 0) goodbye_failure(tp, peer, &h, 0);
+    pp->bye = 1;
+    return 0;
+}
+
+/* Nonzero if data we sent to peer has waited for an acknowledgement longer than the
+ * keep-alive time: its host or link is down. A receiver that only holds a zero window
+ * still acknowledges our window probes, so a late rank does not count. */
+static int peer_silent(chorus_tp_t *tp, int peer)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+
+    if (tp->keepalive_s <= 0 || tp->peers[peer].sq_head == NULL) return 0;
+    if (getsockopt(tp->peers[peer].fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
+    return ti.tcpi_unacked > 0 && ti.tcpi_last_ack_recv >= (uint32_t)tp->keepalive_s * 1000u;
+}
+
+/* One look at every connection (but `except`'s): fills tp->pfds / tp->check_peer with the
+ * poll results (entry k for peer who[k], negated as ~p when that peer's stream ended without
+ * a goodbye), the names of those peers into names ("5" or "5, 6"). Returns how many. */
+static int scan_peers(chorus_tp_t *tp, int except, nfds_t *n_p, char *names, size_t size)
+{
+    int *who = tp->check_peer, ndead = 0;
+    size_t len = 0;
+    nfds_t n = 0;
+
+    names[0] = '\0';
+    for (int p = 0; p < tp->nranks; p++) {
+        if (tp->peers[p].fd < 0 || tp->peers[p].bye || p == except) continue;
+        tp->pfds[n].fd = tp->peers[p].fd;
+        tp->pfds[n].events = POLLRDHUP;
+        tp->pfds[n].revents = 0;
+        who[n++] = p;
+    }
+    *n_p = 0;
+    if (n == 0 || poll(tp->pfds, n, 0) < 0) return 0;
+    *n_p = n;
+    for (nfds_t k = 0; k < n; k++) {
+        int p = who[k];
+        short ev = tp->pfds[k].revents;
+        if (ev & POLLERR) {
+            /* A reset is how a killed rank's stream often ends (it left data unread). Any
+             * other error (a keep-alive timeout) fails the peer here: the error is read
+             * only once. */
+            int err = 0;
+            socklen_t elen = sizeof err;
+            if (getsockopt(tp->peers[p].fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
+            if (err != ECONNRESET && err != EPIPE) {
+                if (err != 0) {
+                    tcp_fail_peer(tp, p, CHORUS_ERR_REMOTE, err,
+                                  "rank %d: tcp: the connection to peer %d failed%s", tp->rank, p,
+                                  err == ETIMEDOUT ? " (no keep-alive answer: host or link down?)"
+                                                   : "");
+                }
+                continue;
+            }
+        } else if (!(ev & (POLLRDHUP | POLLHUP)) || tp->peers[p].rq_head != NULL ||
+                   idle_stream_ended(tp, p) != 1) {
+            continue;
+        }
+        who[k] = ~p;
+        if (len < size) {
+            len += (size_t)snprintf(names + len, size - len, "%s%d", ndead ? ", " : "", p);
+        }
+        ndead++;
+    }
+    return ndead;
+}
+
+/* For a failure of peer: the peers that died meanwhile, as "; peer 5 closed ..." or "".
+ * When a rank dies, the survivors that saw it first leave in turn, and a rank that waits
+ * on one of those would otherwise blame it and not the dead rank. */
+static const char *others_dead(chorus_tp_t *tp, int peer, char *buf, size_t size)
+{
+    char names[96];
+    nfds_t n;
+    int ndead = scan_peers(tp, peer, &n, names, sizeof names);
+
+    if (ndead == 0) return "";
+    snprintf(buf, size, "; peer%s %s closed the connection without a goodbye (killed or crashed)",
+             ndead > 1 ? "s" : "", names);
+    return buf;
+}
+
+chorus_status_t tcp_check_peers(chorus_tp_t *tp, int force)
+{
+    char dead[128];
+    nfds_t n;
+    int ndead;
+    uint64_t now = chorus__now_ns();
+
+    if (!force && now - tp->last_check_ns < TCP_CHECK_NS) return tp->error;
+    tp->last_check_ns = now;
+    /* The ranks whose streams ended without a goodbye are named together: one pass may see
+     * a dead rank and a survivor that left because of it. */
+    ndead = scan_peers(tp, -1, &n, dead, sizeof dead);
+    for (nfds_t k = 0; k < n; k++) {
+        int p = tp->check_peer[k] < 0 ? ~tp->check_peer[k] : tp->check_peer[k];
+        if (tp->peers[p].fd < 0) continue;
+        if (tp->check_peer[k] < 0) {
+            tcp_fail_peer(tp, p, CHORUS_ERR_REMOTE, 0,
+                          "rank %d: tcp: peer%s %s closed the connection without a goodbye "
+                          "(killed or crashed)", tp->rank, ndead > 1 ? "s" : "", dead);
+        } else if (peer_silent(tp, p)) {
+            tcp_fail_peer(tp, p, CHORUS_ERR_REMOTE, 0,
+                          "rank %d: tcp: peer %d acknowledged nothing for %d s (host or link "
+                          "down?)", tp->rank, p, tp->keepalive_s);
+        }
+    }
+    return tp->error;
 }
