@@ -201,6 +201,46 @@ run_mp() {
         run_test "mp/arena_errors n=3 $c" env CHORUS_ALGO=arena CHORUS_TIMEOUT=2 \
             "$CHORUSRUN" -n 3 --timeout 60 -- "$BUILD/tests/mp_arena_errors" --case "$c"
     done
+    # Mismatched calls on the schedule path (issue 5, acceptance 4): MISMATCH on the ranks
+    # involved, an error on every other, no hang (CHORUS_TIMEOUT=3), no success.
+    for tp in shm tcp; do
+        for c in count dtype op root reduce-root coll seq; do
+            run_test "mp/mismatch n=2 transport=$tp $c" env CHORUS_TRANSPORT="$tp" \
+                CHORUS_ALGO=ring CHORUS_TIMEOUT=3 "$CHORUSRUN" -n 2 --timeout 60 -- \
+                "$BUILD/tests/mp_mismatch" --case "$c"
+        done
+        for c in count coll seq root; do
+            run_test "mp/mismatch n=4 transport=$tp $c" env CHORUS_TRANSPORT="$tp" \
+                CHORUS_ALGO=ring CHORUS_TIMEOUT=3 "$CHORUSRUN" -n 4 --timeout 60 -- \
+                "$BUILD/tests/mp_mismatch" --case "$c"
+        done
+        run_test "mp/mismatch n=3 transport=$tp dtype" env CHORUS_TRANSPORT="$tp" \
+            CHORUS_ALGO=ring CHORUS_TIMEOUT=3 "$CHORUSRUN" -n 3 --timeout 60 -- \
+            "$BUILD/tests/mp_mismatch" --case dtype
+    done
+    # No fd, thread, memory or shm-segment growth over many small allreduces and
+    # communicator create/destroy cycles (issue 5, acceptance 7): a fifth of the counts
+    # here, the full 100,000 / 1,000 in `make leak-test` (run by .ci/run), and a short
+    # run under valgrind.
+    for tp in shm tcp; do
+        for n in 2 4; do
+            run_test "mp/leak_cycles n=$n transport=$tp 20000 allreduces 200 cycles" \
+                env CHORUS_TRANSPORT="$tp" CHORUS_TIMEOUT=20 "$CHORUSRUN" -n "$n" \
+                --timeout 150 -- "$BUILD/tests/mp_leak_cycles" --allreduces 20000 --cycles 200
+        done
+    done
+    run_test "mp/leak_cycles valgrind n=2 shm,tcp" timeout -k 5 240 sh tests/leak_cycles.sh valgrind
+    # A call blocked on a rank that never comes ends at the comm's own deadline
+    # (chorus_comm_set_timeout) and on chorus_comm_abort from another thread (issue 5).
+    for tp in shm tcp; do
+        for c in allreduce allgather; do
+            for k in timeout abort; do
+                run_test "mp/abort_timeout transport=$tp $c $k" env CHORUS_TRANSPORT="$tp" \
+                    CHORUS_TIMEOUT=120 "$CHORUSRUN" -n 2 --timeout 60 -- \
+                    "$BUILD/tests/mp_abort_timeout" --case "$k" --coll "$c"
+            done
+        done
+    done
 }
 
 # ---- Scripted tests ----
@@ -214,6 +254,10 @@ run_scripts() {
     for script in tests/cluster/test_*.sh; do
         [ -f "$script" ] || continue
         run_test "cluster/$(basename "$script" .sh)" timeout -k 5 240 sh "$script"
+    done
+    # Fault injection that needs no namespaces (issue 5); `make fault-test` runs them all.
+    for script in tests/fault/test_fault_shm_kill.sh tests/fault/test_fault_never_calls.sh; do
+        run_test "fault/$(basename "$script" .sh)" timeout -k 5 120 sh "$script"
     done
 }
 

@@ -4,9 +4,11 @@
 # reported, never fatal.
 set -u
 REQUIRED="build-essential pkg-config libssl-dev libcmocka-dev libjansson-dev"
-OPTIONAL="openmpi-bin valgrind libopenmpi-dev libgloo-dev g++ python3-jsonschema gnuplot-nox"
+OPTIONAL="openmpi-bin valgrind libopenmpi-dev libgloo-dev g++ python3-jsonschema gnuplot-nox
+          clang libclang-rt-14-dev"
 # libopenmpi-dev, libgloo-dev, g++: bench/compare.sh; python3-jsonschema: tests/mp/bench_json.sh;
-# gnuplot-nox: chorus-bench --plot. libjansson-dev (required): chorus-bench --json.
+# gnuplot-nox: chorus-bench --plot; clang, libclang-rt-14-dev: make fuzz (libFuzzer).
+# libjansson-dev (required): chorus-bench --json.
 
 missing() {
     for p in "$@"; do
