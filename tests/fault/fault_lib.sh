@@ -1,6 +1,32 @@
-# Shared by tests/fault/test_fault_*.sh (sourced, not run): waiting for the loop to start,
-# and the check of what every surviving rank of tests/mp/fault_loop.c printed.
-# The caller sets BUILD, LOG (the ranks' output) and FAILED=0.
+# Shared by tests/fault/test_fault_*.sh (sourced, not run): the temporary folder and the
+# cleanup, waiting for the loop to start, and the check of what every surviving rank of
+# tests/mp/fault_loop.c printed. The caller sets BUILD and HERE, then calls fault_start
+# (after setting PREFIX when it runs an emulated cluster).
+
+RUNPID=""
+CLUSTER_PID=""
+
+fault_cleanup() {
+    [ -n "$RUNPID" ] && kill "$RUNPID" 2>/dev/null
+    if [ -n "${PREFIX:-}" ]; then
+        # cluster.sh tears down its namespaces and every process in them when it ends.
+        [ -n "$CLUSTER_PID" ] && kill "$CLUSTER_PID" 2>/dev/null && wait "$CLUSTER_PID" 2>/dev/null
+        sh "$HERE/../cluster/cluster.sh" --clean --prefix "$PREFIX" >/dev/null 2>&1
+    fi
+    rm -rf "$TMP"
+}
+
+# fault_start: TMP (removed at exit, with the launcher or the cluster), LOG for the ranks'
+# output, DETECT_TIMES for the times to detection, FAILED=0.
+fault_start() {
+    TMP=$(mktemp -d "${TMPDIR:-/tmp}/chorus-fault.XXXXXX") || exit 1
+    trap fault_cleanup EXIT
+    trap 'exit 1' INT TERM
+    LOG="$TMP/log"
+    DETECT_TIMES="$TMP/times"
+    : >"$DETECT_TIMES"
+    FAILED=0
+}
 
 now() { date +%s.%N; }
 

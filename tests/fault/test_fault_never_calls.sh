@@ -14,18 +14,7 @@ RUN="$BUILD/bin/chorusrun"
 [ -x "$PROG" ] && [ -x "$RUN" ] || { echo "missing $PROG or $RUN (run make)"; exit 1; }
 . "$HERE/fault_lib.sh"
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/chorus-fault.XXXXXX") || exit 1
-RUNPID=""
-cleanup() {
-    [ -n "$RUNPID" ] && kill "$RUNPID" 2>/dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-LOG="$TMP/log"
-DETECT_TIMES="$TMP/times"
-: >"$DETECT_TIMES"
-FAILED=0
+fault_start
 IDLE=2
 DEADLINE=3
 

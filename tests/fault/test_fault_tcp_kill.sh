@@ -11,21 +11,8 @@ PROG="$BUILD/tests/mp_fault_loop"
 [ -x "$PROG" ] || { echo "missing $PROG (run make)"; exit 1; }
 . "$HERE/fault_lib.sh"
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/chorus-fault.XXXXXX") || exit 1
 PREFIX="cfk$$"
-CLUSTER_PID=""
-cleanup() {
-    # cluster.sh tears down its namespaces and every process in them when it ends.
-    [ -n "$CLUSTER_PID" ] && kill "$CLUSTER_PID" 2>/dev/null && wait "$CLUSTER_PID" 2>/dev/null
-    sh "$HERE/../cluster/cluster.sh" --clean --prefix "$PREFIX" >/dev/null 2>&1
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-LOG="$TMP/log"
-DETECT_TIMES="$TMP/times"
-: >"$DETECT_TIMES"
-FAILED=0
+fault_start
 VICTIM=5
 
 export CHORUS_TRANSPORT=tcp CHORUS_TIMEOUT=60
