@@ -12,7 +12,7 @@ SAN     ?=
 CPPFLAGS += -Iinclude -Ilib -Ikernels -D_GNU_SOURCE
 CFLAGS   += -std=c11 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes -fno-strict-aliasing
-LDLIBS   += -lcrypto -lpthread -lm -lrt
+LDLIBS   += -lcrypto -lpthread -lm -lrt -ldl
 ifeq ($(SAN),1)
 CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=address,undefined
@@ -177,6 +177,61 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/no_dns.c tests/fuzz/fuzz_co
 	$(FUZZ_CC) $(CPPFLAGS) -Itests $(FUZZ_CFLAGS) -fsanitize=fuzzer -Wl,--wrap=getaddrinfo \
 	    -o $@ $(filter %.c,$^) $(BUILD)/fuzz/libchorus.a $(LDLIBS)
 
+# ---- GPU (issue 6; lib/gpu/gpu.h says why the GPU is a plugin) ----
+# libchorus-cuda.so holds every CUDA call and the CUDA kernels (kernels/*.cu, for sm_80,
+# sm_90 and PTX); it is built only where nvcc is found under CUDA_HOME, and libchorus loads
+# it at run time, so one libchorus runs with and without CUDA. libchorus-cuda-fake.so
+# implements the same table on host memory (tests/gpu/fake): `make test` runs the device
+# path on it everywhere.
+CUDA_HOME   ?= /usr/local/cuda
+NVCC        := $(CUDA_HOME)/bin/nvcc
+HAVE_NVCC   := $(if $(wildcard $(NVCC)),1,)
+CUDA_ARCHS  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+               -gencode arch=compute_90,code=compute_90
+NVCCFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCHS) -Werror all-warnings \
+               -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fvisibility=hidden
+CUDA_PLUGIN := $(BUILD)/lib/libchorus-cuda.so
+FAKE_PLUGIN := $(BUILD)/lib/libchorus-cuda-fake.so
+CU_SRCS     := $(sort $(wildcard kernels/*.cu))
+CU_OBJS     := $(CU_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
+PLUGIN_SRCS := $(sort $(wildcard lib/gpu/plugin/*.c))
+PLUGIN_OBJS := $(PLUGIN_SRCS:%.c=$(BUILD)/obj/%.o)
+FAKE_SRCS   := $(sort $(wildcard tests/gpu/fake/*.c))
+FAKE_OBJS   := $(FAKE_SRCS:%.c=$(BUILD)/obj/%.o)
+KERNEL_OBJS := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJS))
+GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/*.c))
+GPU_TEST_BINS := $(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu_%)
+ifeq ($(HAVE_NVCC),1)
+all: $(CUDA_PLUGIN)
+else
+$(info cuda: no nvcc at $(NVCC): building without CUDA (no libchorus-cuda.so; device buffers unsupported))
+endif
+all: $(FAKE_PLUGIN)
+test unit-test: $(GPU_TEST_BINS)
+
+$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.cuh kernels/*.h) lib/gpu/gpu.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Ilib -Ikernels -c $< -o $@
+
+$(PLUGIN_OBJS): CPPFLAGS += -I$(CUDA_HOME)/include
+
+# cudart is linked statically (as NCCL does) and the driver API is reached through
+# cudaGetDriverEntryPointByVersion, so the plugin loads even where there is no driver.
+$(CUDA_PLUGIN): $(PLUGIN_OBJS) $(CU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) -shared -Wl,-Bsymbolic -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt \
+	    -lpthread
+
+$(FAKE_PLUGIN): $(FAKE_OBJS) $(KERNEL_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-Bsymbolic $(LDFLAGS) -o $@ $^ -lpthread -lrt -lm
+
+# gpu_coll_matrix includes the host matrix (tests/mp/coll_matrix.c) and runs it on devices.
+$(BUILD)/tests/gpu_coll_matrix: tests/mp/coll_matrix.c
+$(BUILD)/tests/gpu_%: tests/gpu/%.c $(STATIC_LIB) $(wildcard tests/gpu/*.h tests/mp/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LDLIBS)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/chorus.h $(DESTDIR)$(PREFIX)/include/
@@ -185,6 +240,7 @@ install: all
 	ln -sf libchorus.so.0 $(DESTDIR)$(PREFIX)/lib/libchorus.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' tools/chorus.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/chorus.pc
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	if [ -f $(CUDA_PLUGIN) ]; then install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/; fi
 
 clean:
 	rm -rf build build-*
@@ -192,4 +248,4 @@ clean:
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
--include $(LIB_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d)
+-include $(LIB_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) $(PLUGIN_OBJS:.o=.d) $(FAKE_OBJS:.o=.d)

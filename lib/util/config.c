@@ -60,6 +60,14 @@ static const chorus_config_entry_t config_table[] = {
      "hang report lines: 0 none, 1 when a call times out, 2 also on SIGUSR1"},
     {"CHORUS_TCP_KEEPALIVE", CHORUS_CFG_SECONDS, "10",
      "seconds of silence (keep-alive, unacknowledged data) before a tcp peer is dead; 0 off"},
+    {"CHORUS_CUDA_PLUGIN", CHORUS_CFG_STRING, NULL,
+     "path of the CUDA plugin (default: libchorus-cuda.so beside libchorus); none: no GPU"},
+    {"CHORUS_GPU_PATH", CHORUS_CFG_STRING, "auto",
+     "device collectives: auto, ipc (CUDA IPC, one host) or staging (through host memory)"},
+    {"CHORUS_GPU_STAGING_CHUNK", CHORUS_CFG_SIZE, "4M",
+     "pipeline chunk of device collectives staged through pinned host memory"},
+    {"CHORUS_GPU_IPC_CHUNK", CHORUS_CFG_SIZE, "8M",
+     "bytes of each rank's device staging slot for CUDA IPC collectives"},
 };
 
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))

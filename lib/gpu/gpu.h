@@ -1,0 +1,130 @@
+/*
+ * The GPU as Chorus sees it: one table of functions (chorus_gpu_ops_t) that a plugin
+ * provides, loaded with dlopen when the process creates its first communicator.
+ *
+ * Why a plugin and not a link against libcudart: one libchorus.so then runs on machines
+ * with and without CUDA (no CUDA library is needed to load it), the CUDA kernels and every
+ * CUDA call live in one separately built object (libchorus-cuda.so, from the .cu files of
+ * kernels/ and from lib/gpu/plugin/, built only where nvcc is found), and the tests can
+ * load a second implementation of the same table (libchorus-cuda-fake.so, tests/gpu/fake)
+ * that runs the whole device path on host memory, with device pointers that fault when
+ * the host touches them. The rest of the library never includes a CUDA header.
+ * A host-only program pays one dlopen (and, where CUDA is installed, the runtime's start)
+ * once per process.
+ *
+ * Which plugin: CHORUS_CUDA_PLUGIN (a path; "none" disables the GPU), else
+ * libchorus-cuda.so next to the object that holds libchorus, then in ../lib from there,
+ * then on the loader's path. A plugin that is missing, fails to load, or finds no device
+ * leaves the library host-only; CHORUS_DEBUG=info says which and why.
+ *
+ * Conventions of the table: every function returns CHORUS_SUCCESS or an error status and
+ * never prints; the plugin's last_error() then describes the failure (the CUDA error name
+ * and message). Streams and events are opaque pointers (cudaStream_t, cudaEvent_t); a NULL
+ * stream is CUDA's legacy default stream. All functions are thread-safe. Every function
+ * acts on the device current on the calling thread (set_device), as CUDA does.
+ */
+#ifndef CHORUS_GPU_GPU_H
+#define CHORUS_GPU_GPU_H
+
+#include "chorus.h"
+#include "util/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHORUS_GPU_ABI_VERSION 1
+#define CHORUS_GPU_IPC_HANDLE_BYTES 64 /* == sizeof(cudaIpcMemHandle_t) */
+
+/* The symbol every plugin exports: `const chorus_gpu_ops_t *chorus_gpu_plugin(int abi)`,
+ * returning NULL when it does not speak that ABI version. */
+#define CHORUS_GPU_PLUGIN_SYMBOL "chorus_gpu_plugin"
+
+typedef struct chorus_gpu_ops {
+    int abi_version; /* CHORUS_GPU_ABI_VERSION */
+    const char *name; /* "cuda", "fake" */
+
+    /* Starts the runtime; *ndevices_p is 0 when there is no usable device (not an error).
+     * *desc_p (static) says what was found, e.g. "cuda 13.0, driver 13.0, 1 device". */
+    chorus_status_t (*init)(int *ndevices_p, const char **desc_p);
+    /* The message of the last failure on the calling thread; never NULL. */
+    const char *(*last_error)(void);
+
+    /* *is_device_p = 1 and *device_p = its ordinal when p is device memory (cudaMalloc,
+     * or a peer's memory opened with ipc_open); 0 for host memory, including pinned
+     * and managed memory. */
+    chorus_status_t (*pointer_kind)(const void *p, int *is_device_p, int *device_p);
+    chorus_status_t (*get_device)(int *device_p);
+    chorus_status_t (*set_device)(int device);
+
+    chorus_status_t (*malloc_device)(void **p, size_t bytes);
+    chorus_status_t (*free_device)(void *p);
+    /* Page-locked host memory the device can copy to and from asynchronously. */
+    chorus_status_t (*malloc_host)(void **p, size_t bytes);
+    chorus_status_t (*free_host)(void *p);
+
+    /* Non-blocking streams (they do not synchronise with the legacy default stream). */
+    chorus_status_t (*stream_create)(void **stream_p);
+    chorus_status_t (*stream_destroy)(void *stream);
+    chorus_status_t (*stream_synchronize)(void *stream);
+    chorus_status_t (*event_create)(void **event_p); /* with timing */
+    chorus_status_t (*event_destroy)(void *event);
+    chorus_status_t (*event_record)(void *event, void *stream);
+    /* *done_p = 1 when everything before the event's record has finished; never blocks. */
+    chorus_status_t (*event_query)(void *event, int *done_p);
+    chorus_status_t (*event_elapsed_ms)(void *start, void *end, float *ms_p);
+    /* Later work on stream waits for event (cudaStreamWaitEvent). */
+    chorus_status_t (*stream_wait_event)(void *stream, void *event);
+    /* Later work on stream waits until *flag >= value, where flag is in memory from
+     * malloc_host (a 64-bit counter the host raises). This is how a stream-ordered
+     * collective holds the caller's stream until the proxy thread has finished it. */
+    chorus_status_t (*stream_wait_flag)(void *stream, volatile uint64_t *flag, uint64_t value);
+
+    /* Copies between any two of host, pinned and device memory (unified addressing);
+     * src and dst must not overlap. */
+    chorus_status_t (*memcpy_async)(void *dst, const void *src, size_t bytes, void *stream);
+    /* height rows of width bytes, rows dpitch / spitch bytes apart (cudaMemcpy2DAsync). */
+    chorus_status_t (*memcpy2d_async)(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                      size_t width, size_t height, void *stream);
+
+    /* dst[i] = src[0][i] op src[1][i] op ... op src[nsrc-1][i] left to right, the
+     * semantics of chorus_kernel_reduce_multi (kernels/kernels.h): same bytes as the CPU
+     * kernels for integers and for fp16/bf16 rounding after every op. 1 <= nsrc <= 16;
+     * dst may alias src[0] exactly; sources may be peer memory opened with ipc_open.
+     * op is never AVG. nsrc == 1 is a copy. */
+    chorus_status_t (*reduce_async)(void *dst, const void *const *src, int nsrc, size_t count,
+                                    chorus_dtype_t dtype, chorus_op_t op, void *stream);
+    /* buf[i] /= divisor, as chorus_kernel_divide (the end of AVG). */
+    chorus_status_t (*divide_async)(void *buf, size_t count, chorus_dtype_t dtype,
+                                    uint64_t divisor, void *stream);
+
+    /* CUDA IPC: a handle for device memory from malloc_device (its base), opened in
+     * another process of the same host as a device pointer to the same memory. */
+    chorus_status_t (*ipc_get_handle)(void *base, void *handle /* IPC_HANDLE_BYTES */);
+    chorus_status_t (*ipc_open)(const void *handle, void **p);
+    chorus_status_t (*ipc_close)(void *p);
+} chorus_gpu_ops_t;
+
+typedef const chorus_gpu_ops_t *(*chorus_gpu_plugin_fn)(int abi_version);
+
+/* ---- lib/gpu/gpu.c: the loader ---- */
+
+/* The loaded table when a plugin loaded and found at least one device, else NULL (and then
+ * every buffer is host memory). Loads on first use, once per process; thread-safe. */
+const chorus_gpu_ops_t *chorus__gpu(void);
+
+/* What was loaded ("cuda plugin: cuda runtime 13.0, driver 13.0, 1 device: ..."), or why
+ * chorus__gpu() is NULL ("CHORUS_CUDA_PLUGIN=none", "no CUDA plugin could be loaded: ...",
+ * "cuda plugin: ..., 0 devices (cudaErrorInsufficientDriver)"), to follow "no CUDA device"
+ * in a message. Static; never NULL. */
+const char *chorus__gpu_describe(void);
+
+/* *is_device_p for p (0 when there is no GPU, or p is NULL). On a plugin error, an error
+ * naming what (e.g. "sendbuf") with the plugin's message. */
+chorus_status_t chorus__gpu_pointer_kind(const void *p, const char *what, int *is_device_p,
+                                         int *device_p);
+
+/* chorus__error() with the plugin's last message: "rank 2: allreduce #4: memcpy: <msg>". */
+chorus_status_t chorus__gpu_error(chorus_status_t status, const char *fmt, ...)
+    CHORUS_PRINTF(2, 3);
+
+#endif
