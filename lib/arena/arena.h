@@ -63,4 +63,28 @@ size_t chorus__arena_flat_max(const chorus_arena_t *arena);
 /* Bytes of one pipeline chunk of the staged path (for the tuner's model). */
 size_t chorus__arena_chunk_bytes(const chorus_arena_t *arena);
 
+/* ---- arena_barrier.c: the arena's control lines as a step barrier for device collectives
+ * (lib/gpu/ipc_arena.c), which keep their data in device memory and only synchronise here.
+ * Each call is one operation of the arena's step sequence, like a host collective, so host
+ * and device collectives may interleave on one comm (they never run concurrently). ---- */
+
+/* Publishes this rank's next step with the signature (coll, count, dtype, op, opno; marked
+ * as a device operation) and returns once every local rank has published it, with the
+ * arena's deadline, abort flag and dead-peer checks. CHORUS_ERR_MISMATCH naming both calls
+ * when a peer's signature differs (including a host collective against a device one). Any
+ * error marks this rank failed in the arena, so peers stop waiting for it. */
+chorus_status_t chorus__arena_step(chorus_arena_t *arena, chorus_coll_t coll, uint64_t count,
+                                   chorus_dtype_t dtype, chorus_op_t op, uint64_t opno,
+                                   const char *what);
+
+/* Marks this rank failed in the arena (peers' waits end with an error naming it) and
+ * returns status: for a caller outside lib/arena that failed between steps. */
+chorus_status_t chorus__arena_fail(chorus_arena_t *arena, chorus_status_t status);
+
+/* The arena's wait settings, for callers that wait on something else between steps (a
+ * device event): deadline of one wait in seconds (0: none), abort flag (may be NULL), and
+ * the comm's spin / yield policy. */
+void chorus__arena_wait_settings(const chorus_arena_t *arena, double *timeout_s_p,
+                                 const atomic_int **abort_flag_p, chorus_wait_policy_t *wait_p);
+
 #endif
