@@ -6,9 +6,27 @@
  * peer and the operation. Nothing in the library prints unless CHORUS_DEBUG asks for it,
  * and nothing calls abort() or exit().
  *
- * Buffers are host memory. The `stream` argument of each collective is a cudaStream_t
- * passed as void *; with host buffers it must be NULL and the call blocks until the
- * operation is complete on this rank (its buffers may be reused on return).
+ * Buffers and streams. A buffer is host memory or CUDA device memory, told apart by the
+ * pointer (only when a CUDA plugin loaded and found a device; otherwise every buffer is host
+ * memory). Both buffers of a call must be the same kind; a NULL buffer where the call allows
+ * one takes the other's kind; mixing is CHORUS_ERR_INVALID_ARGUMENT naming which is where.
+ *  - Host buffers: `stream` must be NULL, and the call blocks until the operation is
+ *    complete on this rank (its buffers may be reused on return).
+ *  - Device buffers (all on one device per communicator): `stream` is the cudaStream_t,
+ *    passed as void * (NULL: the legacy default stream). The call checks its arguments,
+ *    queues the operation and returns at once, as NCCL's do: the operation starts after all
+ *    work queued on `stream` before the call and completes before any work queued on
+ *    `stream` after it. A proxy thread of the communicator runs its device operations in
+ *    call order, through CUDA IPC when all ranks share a host (CHORUS_GPU_PATH=auto|ipc|
+ *    staging) or else through pinned host buffers (CHORUS_GPU_STAGING_CHUNK). An error
+ *    found after the call returned (a peer died, a timeout, ranks that called different
+ *    collectives) becomes the communicator's async error (chorus_comm_get_async_error),
+ *    the stream still moves on (the results are then undefined), and the next call on the
+ *    communicator returns the error. Host-side calls on a communicator (host collectives,
+ *    barrier, send/recv, split, set_timeout, destroy) first wait for its queued device
+ *    operations. Device send/recv are supported outside groups (matched by a device
+ *    send/recv on the peer); inside chorus_group_start/end they are
+ *    CHORUS_ERR_UNSUPPORTED for now.
  *
  * Thread safety: the functions on one communicator must be called from one thread at a
  * time, except chorus_comm_abort() and chorus_comm_get_async_error(), which may be called

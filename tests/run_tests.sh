@@ -3,11 +3,13 @@
 # for a skip the reason. Ends with exactly "N passed, N failed, N skipped" and exits
 # non-zero if anything failed. A skip never counts as a pass.
 #
-#   BUILD=build sh tests/run_tests.sh [all|unit|mp|scripts] [--keep-logs]
+#   BUILD=build sh tests/run_tests.sh [all|unit|mp|gpu|scripts] [--keep-logs]
 #
 #   unit     every $BUILD/tests/test_* cmocka binary
 #   mp       the collective matrix (mp_coll_matrix) through chorusrun on 1, 2, 3, 4 and 8
 #            ranks, over CHORUS_TRANSPORT=shm, tcp and auto, once per algorithm
+#   gpu      the matrix on device buffers (gpu_coll_matrix) on the fake GPU plugin, staging
+#            and CUDA IPC paths, 2 and 4 ranks; then on the real plugin (skips without a GPU)
 #   scripts  every tests/mp/*.sh (mpirun, torchrun-style launch, strangers)
 #            and tests/cluster/test_*.sh (hosts as network namespaces)
 #
@@ -20,9 +22,9 @@ WHAT=all
 KEEP=0
 for arg in "$@"; do
     case "$arg" in
-    all | unit | mp | scripts) WHAT=$arg ;;
+    all | unit | mp | gpu | scripts) WHAT=$arg ;;
     --keep-logs) KEEP=1 ;;
-    *) echo "usage: BUILD=dir sh tests/run_tests.sh [all|unit|mp|scripts] [--keep-logs]" >&2
+    *) echo "usage: BUILD=dir sh tests/run_tests.sh [all|unit|mp|gpu|scripts] [--keep-logs]" >&2
        exit 2 ;;
     esac
 done
@@ -243,6 +245,53 @@ run_mp() {
     done
 }
 
+# ---- Device buffers (issue 6) ----
+
+# The matrix on device buffers, on the fake GPU plugin (tests/gpu/fake: device memory that
+# faults on host access, streams as threads, slow copies so that a call that does not wait
+# for its stream reads stale data); then on the real plugin, which must skip without a GPU.
+run_gpu() {
+    gm="$BUILD/tests/gpu_coll_matrix"
+    fake="$BUILD/lib/libchorus-cuda-fake.so"
+    if [ ! -x "$gm" ] || [ ! -f "$fake" ]; then
+        report FAIL "gpu/coll_matrix" "0.0" "missing $gm or $fake (run make first)"
+        return
+    fi
+    fake=$(cd "$(dirname "$fake")" && pwd)/$(basename "$fake")
+    # A 16K staging chunk cuts the 3001-element and --large cases into several segments.
+    for n in 2 4; do
+        for tp in shm tcp; do
+            run_test "gpu/coll_matrix fake n=$n path=staging transport=$tp" env \
+                CHORUS_CUDA_PLUGIN="$fake" CHORUS_FAKE_GPU_DELAY_US=50 CHORUS_GPU_PATH=staging \
+                CHORUS_GPU_STAGING_CHUNK=16K CHORUS_TRANSPORT="$tp" CHORUS_TIMEOUT=20 \
+                "$CHORUSRUN" -n "$n" --timeout 150 -- "$gm" --large 20000 \
+                --large-colls allreduce,allgather,reduce_scatter,alltoall
+        done
+        run_test "gpu/coll_matrix fake n=$n path=ipc" env CHORUS_CUDA_PLUGIN="$fake" \
+            CHORUS_FAKE_GPU_DELAY_US=50 CHORUS_GPU_PATH=ipc CHORUS_GPU_IPC_CHUNK=16K \
+            CHORUS_TIMEOUT=20 "$CHORUSRUN" -n "$n" --timeout 150 -- "$gm" --large 20000 \
+            --large-colls allreduce,allgather,reduce_scatter,alltoall
+    done
+    # The CUDA IPC arena on its own (every collective, dtype and op, several chunks, and
+    # mismatches between host and device calls), on 2 and 3 ranks.
+    for n in 2 3; do
+        run_test "gpu/ipc_arena fake n=$n" env CHORUS_CUDA_PLUGIN="$fake" \
+            CHORUS_FAKE_GPU_DELAY_US=20 CHORUS_TIMEOUT=20 \
+            "$CHORUSRUN" -n "$n" --timeout 150 -- "$BUILD/tests/gpu_ipc_arena"
+    done
+    run_test "gpu/coll_matrix fake n=1" env CHORUS_CUDA_PLUGIN="$fake" CHORUS_TIMEOUT=20 \
+        "$CHORUSRUN" -n 1 --timeout 60 -- "$gm" --large 0
+    for path in staging ipc; do
+        run_test "gpu/coll_matrix fake n=3 path=$path --mismatch" env \
+            CHORUS_CUDA_PLUGIN="$fake" CHORUS_GPU_PATH="$path" CHORUS_TIMEOUT=5 \
+            "$CHORUSRUN" -n 3 --timeout 60 -- "$gm" --mismatch
+    done
+    # The default plugin lookup (libchorus-cuda.so beside the library): a GPU here runs
+    # the matrix for real; elsewhere it says why it skipped.
+    run_test "gpu/coll_matrix real plugin n=2" env -u CHORUS_CUDA_PLUGIN CHORUS_TIMEOUT=20 \
+        "$CHORUSRUN" -n 2 --timeout 150 -- "$gm" --large 0
+}
+
 # ---- Scripted tests ----
 
 run_scripts() {
@@ -265,7 +314,8 @@ case "$WHAT" in
 unit) run_unit ;;
 mp) run_mp ;;
 scripts) run_scripts ;;
-all) run_unit; run_mp; run_scripts ;;
+gpu) run_gpu ;;
+all) run_unit; run_mp; run_gpu; run_scripts ;;
 esac
 
 if [ "$KEEP" -eq 1 ] || [ "$NFAIL" -gt 0 ]; then

@@ -4,6 +4,7 @@
  * and run it on the engine. AVG runs as SUM and divides the result once at the end.
  */
 #include "core/comm.h"
+#include "core/gpu_coll.h"
 #include "core/hang.h"
 
 #include "arena/arena.h"
@@ -137,12 +138,10 @@ static chorus_status_t coll_finish_avg(chorus_comm_t comm, const chorus_coll_cal
 
 /* Runs a call on the shared arena (lib/arena) instead of a schedule. */
 static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call_t *call,
-                                      chorus_op_t op)
+                                      chorus_op_t op, const char *what)
 {
     chorus_status_t status;
-    char what[64];
 
-    chorus__comm_what(comm, chorus__core_coll_name(call->coll), what, sizeof what);
     switch (call->coll) {
     case CHORUS_COLL_ALLREDUCE:
         status = chorus__arena_allreduce(comm->arena, call->sendbuf, call->recvbuf, call->count,
@@ -183,7 +182,8 @@ static void coll_sign(chorus_comm_t comm, const chorus_coll_call_t *call, chorus
 }
 
 /* Runs a validated call with count > 0 (or a barrier). */
-static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *call)
+chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                 const char *what_in)
 {
     const char *name = chorus__core_coll_name(call->coll);
     size_t esize = chorus_dtype_size(call->dtype);
@@ -195,6 +195,8 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
     chorus_status_t status;
     char what[64];
 
+    if (what_in != NULL) snprintf(what, sizeof what, "%s", what_in);
+    else chorus__comm_what(comm, name, what, sizeof what);
     memset(&args, 0, sizeof args);
     args.coll = call->coll;
     args.rank = comm->rank;
@@ -204,7 +206,7 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
     args.host_of = comm->host_of;
     args.nhosts = comm->nhosts;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
-    if (algo == CHORUS_ALGO_ARENA) return coll_run_arena(comm, call, op);
+    if (algo == CHORUS_ALGO_ARENA) return coll_run_arena(comm, call, op, what);
     args.chunk_count = chorus__select_chunk_count(comm, call->coll, algo,
                                                   (uint64_t)call->count * esize, esize);
 
@@ -212,7 +214,6 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
     if (status == CHORUS_SUCCESS) status = coll_bind(comm, call, sched, esize, bufs);
     if (status != CHORUS_SUCCESS) return chorus__comm_record_error(comm, status);
 
-    chorus__comm_what(comm, name, what, sizeof what);
     CHORUS_TRACE("core", "%s: %zu x %s, %s, %u steps", what, call->count,
                  chorus_dtype_name(call->dtype), chorus__algo_name(algo), sched->nsteps);
     coll_sign(comm, call, algo, args.chunk_count);
@@ -222,7 +223,7 @@ static chorus_status_t coll_run(chorus_comm_t comm, const chorus_coll_call_t *ca
 }
 
 /* The common path of every collective entry point. */
-static chorus_status_t coll_entry(chorus_comm_t comm, const chorus_coll_call_t *call)
+static chorus_status_t coll_entry(chorus_comm_t comm, chorus_coll_call_t *call)
 {
     const char *name = chorus__core_coll_name(call->coll);
     chorus_status_t status;
@@ -236,13 +237,14 @@ static chorus_status_t coll_entry(chorus_comm_t comm, const chorus_coll_call_t *
                              "rank %d: %s: collectives inside chorus_group_start/end are not "
                              "supported",
                              comm->rank, name);
+    if (call->device >= 0) return chorus__gpu_coll_submit(comm, call);
     status = chorus__comm_check_failed(comm, name);
     if (status != CHORUS_SUCCESS) return status;
     /* Every accepted call counts, even one with nothing to move, so that a rank that
      * skipped or added one is caught at its next call by the signature's number. */
     comm->exec.coll_seq++;
     if (call->count == 0 && call->coll != CHORUS_COLL_BARRIER) return CHORUS_SUCCESS;
-    return coll_run(comm, call);
+    return chorus__coll_run(comm, call, NULL);
 }
 
 void chorus__coll_release(chorus_comm_t comm)
@@ -264,7 +266,7 @@ chorus_status_t chorus_allreduce(const void *sendbuf, void *recvbuf, size_t coun
                                  void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0,
-                               stream};
+                               stream, -1};
     return coll_entry(comm, &call);
 }
 
@@ -272,7 +274,7 @@ chorus_status_t chorus_allgather(const void *sendbuf, void *recvbuf, size_t send
                                  chorus_dtype_t dtype, chorus_comm_t comm, void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
-                               CHORUS_SUM, 0, stream};
+                               CHORUS_SUM, 0, stream, -1};
     return coll_entry(comm, &call);
 }
 
@@ -281,7 +283,7 @@ chorus_status_t chorus_reduce_scatter(const void *sendbuf, void *recvbuf, size_t
                                       void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
-                               op, 0, stream};
+                               op, 0, stream, -1};
     return coll_entry(comm, &call);
 }
 
@@ -289,7 +291,7 @@ chorus_status_t chorus_broadcast(const void *sendbuf, void *recvbuf, size_t coun
                                  chorus_dtype_t dtype, int root, chorus_comm_t comm, void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
-                               CHORUS_SUM, root, stream};
+                               CHORUS_SUM, root, stream, -1};
     return coll_entry(comm, &call);
 }
 
@@ -298,7 +300,7 @@ chorus_status_t chorus_reduce(const void *sendbuf, void *recvbuf, size_t count,
                               void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root,
-                               stream};
+                               stream, -1};
     return coll_entry(comm, &call);
 }
 
@@ -306,13 +308,13 @@ chorus_status_t chorus_alltoall(const void *sendbuf, void *recvbuf, size_t count
                                 chorus_dtype_t dtype, chorus_comm_t comm, void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLTOALL, sendbuf, recvbuf, count_per_peer, dtype,
-                               CHORUS_SUM, 0, stream};
+                               CHORUS_SUM, 0, stream, -1};
     return coll_entry(comm, &call);
 }
 
 chorus_status_t chorus_barrier(chorus_comm_t comm)
 {
     chorus_coll_call_t call = {CHORUS_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0,
-                               NULL};
+                               NULL, -1};
     return coll_entry(comm, &call);
 }

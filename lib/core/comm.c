@@ -4,9 +4,11 @@
  */
 #include "core/comm.h"
 
+#include "core/gpu_coll.h"
 #include "core/hang.h"
 
 #include "arena/arena.h"
+#include "gpu/gpu.h"
 #include "tune/tune.h"
 
 #include "transport/transport.h"
@@ -62,6 +64,14 @@ chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t st
 }
 
 chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname)
+{
+    /* Device work in flight runs on the proxy thread with the comm's internals: a host-side
+     * call waits for it, which also makes its errors this call's. */
+    if (comm->gpu != NULL) chorus__gpu_drain(comm);
+    return chorus__comm_check_failed_async(comm, opname);
+}
+
+chorus_status_t chorus__comm_check_failed_async(chorus_comm_t comm, const char *opname)
 {
     char first[CHORUS_COMM_ERRMSG_MAX];
     int status = atomic_load_explicit(&comm->async_error, memory_order_acquire);
@@ -405,6 +415,7 @@ static void core_log_ready(chorus_comm_t comm)
 /* Frees what a comm holds; works on a half-built one. */
 static void core_comm_free(chorus_comm_t comm)
 {
+    if (comm->gpu != NULL) chorus__gpu_comm_destroy(comm);
     chorus__hang_unregister(comm);
     chorus__p2p_forget(comm);
     if (comm->tune != NULL) chorus__tune_destroy(comm->tune);
@@ -466,6 +477,9 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
     comm->hang_slot = -1;
     comm->timeout_s = chorus__config_seconds("CHORUS_TIMEOUT", 300.0);
     chorus__select_init(comm);
+    /* Loads the CUDA plugin once per process; NULL (no plugin or no device) keeps every
+     * buffer host memory. */
+    comm->gpu_ops = chorus__gpu();
     comm->peers = calloc((size_t)nranks, sizeof *comm->peers);
     comm->peer_kind = calloc((size_t)nranks, 1);
     comm->host_of = calloc((size_t)nranks, sizeof *comm->host_of);
@@ -560,6 +574,8 @@ chorus_status_t chorus_comm_set_timeout(chorus_comm_t comm, double seconds)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "rank %d: chorus_comm_set_timeout: %g seconds is not in 0..1e9",
                              comm->rank, seconds);
+    /* The proxy reads the timeout while it runs device work. */
+    if (comm->gpu != NULL) chorus__gpu_drain(comm);
     comm->timeout_s = seconds;
     if (comm->arena != NULL) chorus__arena_set_timeout(comm->arena, seconds);
     return CHORUS_SUCCESS;

@@ -92,6 +92,13 @@ struct chorus_comm {
     uint64_t seq;                      /* numbers operations in messages: "allreduce #12" */
     int hang_slot;                     /* the comm's slot of the hang report (hang.c), or -1 */
     uint64_t logged[CHORUS_NUM_COLLS]; /* size classes whose algorithm choice was logged */
+
+    /* The CUDA plugin's table (lib/gpu/gpu.h) when one loaded and found a device, else NULL:
+     * then every buffer is host memory and the host path pays one NULL check. */
+    const struct chorus_gpu_ops *gpu_ops;
+    /* Device collectives (gpu_coll.c): the proxy thread and its queue, made at the first
+     * call on device buffers; NULL before. */
+    struct chorus_gpu_comm *gpu;
 };
 
 /* One collective call, as validated and run. */
@@ -104,6 +111,7 @@ typedef struct {
     chorus_op_t op; /* allreduce, reduce_scatter, reduce */
     int root;       /* broadcast, reduce */
     void *stream;
+    int device; /* set by chorus__validate_coll: the buffers' device, or -1 (host memory) */
 } chorus_coll_call_t;
 
 /* ---- validate.c ---- */
@@ -114,12 +122,14 @@ const char *chorus__core_coll_name(chorus_coll_t coll);
 /* CHORUS_ERR_INVALID_ARGUMENT "<opname>: comm is NULL" when comm is NULL. */
 chorus_status_t chorus__check_comm(chorus_comm_t comm, const char *opname);
 
-/* Every argument of a collective call, as documented in chorus.h. */
-chorus_status_t chorus__validate_coll(chorus_comm_t comm, const chorus_coll_call_t *call);
+/* Every argument of a collective call, as documented in chorus.h; sets call->device. */
+chorus_status_t chorus__validate_coll(chorus_comm_t comm, chorus_coll_call_t *call);
 
-/* The arguments of a send or receive (opname "send" or "recv"). */
+/* The arguments of a send or receive (opname "send" or "recv"); *device_p as
+ * call->device. */
 chorus_status_t chorus__validate_p2p(chorus_comm_t comm, const char *opname, const void *buf,
-                                     size_t count, chorus_dtype_t dtype, int peer, void *stream);
+                                     size_t count, chorus_dtype_t dtype, int peer, void *stream,
+                                     int *device_p);
 
 /* ---- comm.c ---- */
 
@@ -127,8 +137,12 @@ chorus_status_t chorus__validate_p2p(chorus_comm_t comm, const char *opname, con
  * already has one. Returns status. */
 chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t status);
 
-/* CHORUS_SUCCESS, or the comm's first error with a message saying that it failed earlier. */
+/* CHORUS_SUCCESS, or the comm's first error with a message saying that it failed earlier.
+ * Host-side calls use it: it first waits for the comm's device work in flight. */
 chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname);
+
+/* The same without waiting for device work (calls that queue device work themselves). */
+chorus_status_t chorus__comm_check_failed_async(chorus_comm_t comm, const char *opname);
 
 /* Writes "<name> #<seq>" into buf (at least 64 bytes) with the comm's next sequence
  * number: the name of one operation in messages. Cheaper than snprintf on every call. */
@@ -159,6 +173,12 @@ uint64_t chorus__select_chunk_count(chorus_comm_t comm, chorus_coll_t coll, chor
 /* Frees the cached schedules and buffers of the comm (destroy). */
 void chorus__coll_release(chorus_comm_t comm);
 
+/* Runs a validated host-memory call with count > 0 as coll_entry does, without counting it
+ * (the caller did): what names it in messages ("allreduce #12"), or NULL to number it
+ * here. The staging path of device collectives runs each segment through it. */
+chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                 const char *what);
+
 /* ---- p2p.c ---- */
 
 /* Drops what this thread's open group recorded for comm (destroy); chorus_group_end then
@@ -167,5 +187,10 @@ void chorus__p2p_forget(chorus_comm_t comm);
 
 /* Nonzero while this thread is inside chorus_group_start/end. */
 int chorus__p2p_in_group(void);
+
+/* One blocking send or receive of bytes > 0 of host memory to or from peer (not self),
+ * named what in messages: the staging path of device send/recv. */
+chorus_status_t chorus__p2p_run_one(chorus_comm_t comm, int is_send, void *buf, size_t bytes,
+                                    int peer, const char *what);
 
 #endif

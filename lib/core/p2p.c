@@ -12,6 +12,7 @@
  * a COPY.
  */
 #include "core/comm.h"
+#include "core/gpu_coll.h"
 
 #include "kernels.h"
 #include "util/log.h"
@@ -103,7 +104,7 @@ static chorus_status_t p2p_add_self_copies(chorus_comm_t comm, chorus_sched_t *s
 
 /* Runs ops (call order) as one schedule. */
 static chorus_status_t p2p_run(chorus_comm_t comm, const p2p_op_t *ops, size_t n,
-                               const char *name)
+                               const char *name, const char *what_in)
 {
     chorus_sched_t s;
     chorus_status_t status;
@@ -133,7 +134,8 @@ static chorus_status_t p2p_run(chorus_comm_t comm, const p2p_op_t *ops, size_t n
     bufs[CHORUS_BUF_SEND] = (void *)base;
     bufs[CHORUS_BUF_RECV] = (void *)base;
     bufs[CHORUS_BUF_SCRATCH] = NULL;
-    chorus__comm_what(comm, name, what, sizeof what);
+    if (what_in != NULL) snprintf(what, sizeof what, "%s", what_in);
+    else chorus__comm_what(comm, name, what, sizeof what);
     status = chorus__comm_exec(comm, &s, bufs, CHORUS_UINT8, CHORUS_SUM, what);
     chorus__sched_fini(&s);
     return status;
@@ -150,16 +152,24 @@ static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
     const char *name = is_send ? "send" : "recv";
     p2p_op_t op;
     chorus_status_t status;
+    int device = -1;
 
     chorus__error_clear();
     if (comm != NULL) chorus__log_set_rank(comm->rank);
-    status = chorus__validate_p2p(comm, name, buf, count, dtype, peer, stream);
+    status = chorus__validate_p2p(comm, name, buf, count, dtype, peer, stream, &device);
+    if (status == CHORUS_SUCCESS && device >= 0 && p2p_group.depth > 0)
+        status = chorus__error(CHORUS_ERR_UNSUPPORTED,
+                               "rank %d: %s: peer %d: device buffers in groups are not "
+                               "supported yet",
+                               comm->rank, name, peer);
     if (status == CHORUS_SUCCESS && p2p_group.depth > 0 && p2p_group.comm != NULL &&
         p2p_group.comm != comm)
         status = chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                                "rank %d: %s: a group may hold operations of one communicator",
                                comm->rank, name);
-    if (status == CHORUS_SUCCESS) status = chorus__comm_check_failed(comm, name);
+    if (status == CHORUS_SUCCESS)
+        status = device >= 0 ? chorus__comm_check_failed_async(comm, name)
+                             : chorus__comm_check_failed(comm, name);
     if (status != CHORUS_SUCCESS) {
         if (p2p_group.depth > 0 && p2p_group.error == CHORUS_SUCCESS) {
             p2p_group.error = status;
@@ -181,7 +191,10 @@ static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
                                  "put it in a group with its matching %s",
                                  comm->rank, name, is_send ? "send to" : "recv from",
                                  is_send ? "recv" : "send");
-        return p2p_run(comm, &op, 1, name);
+        if (device >= 0)
+            return chorus__gpu_p2p_submit(comm, is_send, (void *)buf, op.bytes, peer, device,
+                                          stream);
+        return p2p_run(comm, &op, 1, name, NULL);
     }
     if (p2p_group.nops == p2p_group.cap) {
         size_t cap = p2p_group.cap ? 2 * p2p_group.cap : 16;
@@ -195,6 +208,14 @@ static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
     p2p_group.ops[p2p_group.nops++] = op;
     p2p_group.comm = comm;
     return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus__p2p_run_one(chorus_comm_t comm, int is_send, void *buf, size_t bytes,
+                                    int peer, const char *what)
+{
+    p2p_op_t op = {is_send, peer, (uintptr_t)buf, bytes};
+
+    return p2p_run(comm, &op, 1, is_send ? "send" : "recv", what);
 }
 
 chorus_status_t chorus_send(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
@@ -240,7 +261,8 @@ chorus_status_t chorus_group_end(void)
     }
     chorus__log_set_rank(comm->rank);
     status = chorus__comm_check_failed(comm, "group_end");
-    if (status == CHORUS_SUCCESS) status = p2p_run(comm, p2p_group.ops, p2p_group.nops, "group");
+    if (status == CHORUS_SUCCESS)
+        status = p2p_run(comm, p2p_group.ops, p2p_group.nops, "group", NULL);
     p2p_group_clear();
     return status;
 }

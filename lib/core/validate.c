@@ -4,6 +4,7 @@
  * caller is often one of hundreds of processes and reads only its own log.
  */
 #include "core/comm.h"
+#include "core/gpu_coll.h"
 
 #include "kernels.h"
 #include "util/status.h"
@@ -104,7 +105,16 @@ static chorus_status_t coll_check_overlap(chorus_comm_t comm, const chorus_coll_
                          comm->rank, chorus__core_coll_name(call->coll));
 }
 
-chorus_status_t chorus__validate_coll(chorus_comm_t comm, const chorus_coll_call_t *call)
+/* The stream of a call on host buffers must be NULL. */
+static chorus_status_t check_host_stream(chorus_comm_t comm, const char *name, void *stream)
+{
+    if (stream == NULL) return CHORUS_SUCCESS;
+    return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                         "rank %d: %s: stream is not NULL: CUDA streams need a CUDA build",
+                         comm->rank, name);
+}
+
+chorus_status_t chorus__validate_coll(chorus_comm_t comm, chorus_coll_call_t *call)
 {
     const char *name = chorus__core_coll_name(call->coll);
     chorus_status_t status;
@@ -131,15 +141,24 @@ chorus_status_t chorus__validate_coll(chorus_comm_t comm, const chorus_coll_call
     if (recv_bytes > 0 && call->recvbuf == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: recvbuf is NULL",
                              comm->rank, name);
-    if (call->stream != NULL)
-        return chorus__error(CHORUS_ERR_UNSUPPORTED,
-                             "rank %d: %s: stream is not NULL: CUDA streams need a CUDA build",
-                             comm->rank, name);
+    call->device = -1;
+    if (comm->gpu_ops == NULL) {
+        status = check_host_stream(comm, name, call->stream);
+    } else {
+        /* Which buffers this rank uses does not depend on count, so that a count-0 call
+         * on device buffers is told apart too (it still counts, in stream order). */
+        int send_used = !(call->coll == CHORUS_COLL_BROADCAST && comm->rank != call->root);
+        int recv_used = !(call->coll == CHORUS_COLL_REDUCE && comm->rank != call->root);
+        status = chorus__gpu_classify(comm, name, call->sendbuf, send_used, call->recvbuf,
+                                      recv_used, call->stream, &call->device);
+    }
+    if (status != CHORUS_SUCCESS) return status;
     return coll_check_overlap(comm, call, send_bytes, recv_bytes);
 }
 
 chorus_status_t chorus__validate_p2p(chorus_comm_t comm, const char *opname, const void *buf,
-                                     size_t count, chorus_dtype_t dtype, int peer, void *stream)
+                                     size_t count, chorus_dtype_t dtype, int peer, void *stream,
+                                     int *device_p)
 {
     chorus_status_t status;
     size_t esize;
@@ -161,9 +180,7 @@ chorus_status_t chorus__validate_p2p(chorus_comm_t comm, const char *opname, con
     if (count > 0 && buf == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: buf is NULL", comm->rank,
                              opname);
-    if (stream != NULL)
-        return chorus__error(CHORUS_ERR_UNSUPPORTED,
-                             "rank %d: %s: stream is not NULL: CUDA streams need a CUDA build",
-                             comm->rank, opname);
-    return CHORUS_SUCCESS;
+    *device_p = -1;
+    if (comm->gpu_ops == NULL) return check_host_stream(comm, opname, stream);
+    return chorus__gpu_classify(comm, opname, buf, 1, NULL, 0, stream, device_p);
 }

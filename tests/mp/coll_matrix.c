@@ -132,11 +132,18 @@ static int call_ok(ctx_t *c, const mcase_t *k, chorus_status_t st, const char *f
     return 0;
 }
 
-/* ---- Buffers with canaries ---- */
+/* ---- Buffers with canaries ----
+ * A program that includes this file (tests/gpu/coll_matrix.c) may define
+ * COLL_MATRIX_BUF_ALLOC / COLL_MATRIX_BUF_FREE to learn which memory the test calls use. */
+
+#ifndef COLL_MATRIX_BUF_ALLOC
+#define COLL_MATRIX_BUF_ALLOC(bytes) malloc(bytes)
+#define COLL_MATRIX_BUF_FREE(p) free(p)
+#endif
 
 static void *gbuf_alloc(size_t bytes)
 {
-    unsigned char *p = malloc(bytes + 2 * GUARD);
+    unsigned char *p = COLL_MATRIX_BUF_ALLOC(bytes + 2 * GUARD);
     if (p == NULL) {
         fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
         exit(1);
@@ -166,7 +173,7 @@ static void gbuf_check(ctx_t *c, const mcase_t *k, const void *buf, size_t bytes
 
 static void gbuf_free(void *buf)
 {
-    if (buf != NULL) free((unsigned char *)buf - GUARD);
+    if (buf != NULL) COLL_MATRIX_BUF_FREE((unsigned char *)buf - GUARD);
 }
 
 /* ---- Input values ---- */

@@ -1,0 +1,119 @@
+/*
+ * Collectives and point-to-point calls on CUDA device buffers, stream-ordered as NCCL's
+ * (internal to lib/core; the semantics are in include/chorus.h).
+ *
+ * A call on device buffers validates on the caller's thread, records an event on the
+ * caller's stream (the op starts after everything queued there before), makes the stream
+ * wait for the comm's done counter to reach the op's ticket (later work sees the result),
+ * queues the op and returns. One proxy thread per communicator, started at the first
+ * device call, runs the queue in order: it waits for the op's start event, runs the op
+ * (CUDA IPC through lib/gpu/ipc_arena.h, or pinned host staging around the host
+ * collectives), and raises the done counter, also after an error, so that no stream hangs.
+ *
+ * Why a proxy thread and not host callbacks (cudaLaunchHostFunc): a host function may not
+ * call CUDA, and a collective must (copies, kernels, events); and a thread gives each op
+ * the comm's deadline, abort flag and waiting policy like any host wait.
+ *
+ * Host-side calls on a comm with device work in flight first drain the queue
+ * (chorus__comm_check_failed does it), so the comm's internals are never used by two
+ * threads at once and its operations keep one order.
+ */
+#ifndef CHORUS_CORE_GPU_COLL_H
+#define CHORUS_CORE_GPU_COLL_H
+
+#include "core/comm.h"
+
+/* Tells device buffers from host ones: *device_p is the device ordinal of the buffers of
+ * a call, or -1 for host memory. send_used / recv_used say whether this rank uses the
+ * buffer (a NULL or unused buffer takes the other's kind). Both must be the same kind
+ * (CHORUS_ERR_INVALID_ARGUMENT naming which is where); host buffers need a NULL stream.
+ * With no GPU every buffer is host memory and nothing is asked. */
+chorus_status_t chorus__gpu_classify(chorus_comm_t comm, const char *opname, const void *sendbuf,
+                                     int send_used, const void *recvbuf, int recv_used,
+                                     void *stream, int *device_p);
+
+/* Queues a validated collective on device buffers (call->device >= 0) and returns. Counts
+ * it in the comm's sequence (also with count 0) in call order. */
+chorus_status_t chorus__gpu_coll_submit(chorus_comm_t comm, const chorus_coll_call_t *call);
+
+/* Queues a validated send or receive of bytes > 0 on device memory, outside a group. */
+chorus_status_t chorus__gpu_p2p_submit(chorus_comm_t comm, int is_send, void *buf, size_t bytes,
+                                       int peer, int device, void *stream);
+
+/* Waits until the proxy has run everything queued (a no-op when none was ever started). */
+void chorus__gpu_drain(chorus_comm_t comm);
+
+/* Stops and joins the proxy (after draining, or at once after an abort) and frees the
+ * comm's device state (destroy). */
+void chorus__gpu_comm_destroy(chorus_comm_t comm);
+
+/* ---- Internal to gpu_coll.c (queue, proxy) and gpu_staging.c (the staging path) ---- */
+
+#include "gpu/gpu.h"
+
+#include <pthread.h>
+
+#define CHORUS_GPU_NSLOTS 3 /* staging buffer sets: D2H of k+1, host op of k, H2D of k-1 */
+
+typedef enum { GPU_OP_NOP = 0, GPU_OP_COLL, GPU_OP_SEND, GPU_OP_RECV } chorus_gpu_op_kind_t;
+
+typedef struct {
+    chorus_gpu_op_kind_t kind;
+    chorus_coll_call_t call; /* GPU_OP_COLL */
+    void *buf;               /* GPU_OP_SEND, GPU_OP_RECV */
+    size_t bytes;
+    int peer;
+    void *start;     /* event recorded on the caller's stream at the call; NULL for NOP */
+    uint64_t ticket; /* the done counter's value once the op is over; 0 for NOP */
+} chorus_gpu_op_t;
+
+typedef struct {
+    void *in, *out;       /* pinned host memory: the host op's send and receive buffers */
+    void *ev_in, *ev_out; /* recorded after the copy into in / out of out */
+} chorus_gpu_slot_t;
+
+typedef enum { GPU_PATH_AUTO = 0, GPU_PATH_IPC, GPU_PATH_STAGING } chorus_gpu_path_t;
+
+typedef struct chorus_gpu_comm {
+    chorus_comm_t comm;
+    const chorus_gpu_ops_t *ops;
+    int device;               /* every device call of the comm uses this device */
+    chorus_gpu_path_t path;   /* CHORUS_GPU_PATH as read; then the path chosen */
+    int path_chosen;
+    size_t chunk;             /* CHORUS_GPU_STAGING_CHUNK */
+    struct gpu_counter *counter; /* the done counter, from the pool of gpu_coll.c */
+    volatile uint64_t *done;  /* pinned: the last finished ticket; streams wait on it */
+    uint64_t tickets;         /* the last ticket handed out (caller's thread) */
+
+    /* The queue and the event pool, under lock. */
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* the proxy: an op was queued, or stop */
+    pthread_cond_t idle; /* drain: the queue is empty */
+    chorus_gpu_op_t *q;  /* ring of qcap ops; the one at qhead runs and leaves when done */
+    size_t qcap, qhead, qlen;
+    void **events;       /* start events the proxy is done with, for reuse */
+    size_t nevents, events_cap;
+    int stop;
+    pthread_t thread;
+
+    /* The proxy's own (no lock). */
+    void *stream_in, *stream_out; /* device->host and host->device copies (ipc: stream_in) */
+    chorus_gpu_slot_t slots[CHORUS_GPU_NSLOTS];
+    size_t slot_bytes;
+    struct chorus_ipc_arena *ipc;
+} chorus_gpu_comm_t;
+
+/* Waits on the proxy until ev has completed, with the comm's deadline, abort flag and
+ * waiting policy; for names what the op is waiting for in messages. */
+chorus_status_t chorus__gpu_wait_event(chorus_gpu_comm_t *g, void *ev, const char *what,
+                                       const char *waiting_for);
+
+/* gpu_staging.c: one collective or send/recv on device memory through pinned host buffers
+ * and the host path, pipelined; returns when the result is in device memory. */
+chorus_status_t chorus__gpu_staging_coll(chorus_gpu_comm_t *g, const chorus_coll_call_t *call,
+                                         const char *what);
+chorus_status_t chorus__gpu_staging_p2p(chorus_gpu_comm_t *g, int is_send, void *buf,
+                                        size_t bytes, int peer, const char *what);
+void chorus__gpu_staging_free(chorus_gpu_comm_t *g);
+
+#endif
