@@ -1,8 +1,8 @@
 /*
  * The command line of chorus-bench: the nccl-tests flags (-b -e -f -i -n -w -c -d -o -r
- * -a -z) with their meanings, and ours (--algo, --transport, --time-per-size, --json,
- * --csv, --plot, --lat-max). The help text lists every flag; keep it in step with
- * bench/README.md.
+ * -a -z, and -G for device buffers) with their meanings, and ours (--algo, --transport,
+ * --time-per-size, --json, --csv, --plot, --lat-max, --backend). The help text lists every
+ * flag; keep it in step with bench/README.md.
  */
 #include "bench.h"
 #include "util/config.h"
@@ -23,6 +23,7 @@ enum {
     OPT_PLOT,
     OPT_LAT_MAX,
     OPT_ROUNDS,
+    OPT_BACKEND,
 };
 
 static const char *const coll_names[COLL_COUNT] = {
@@ -37,15 +38,14 @@ static const char *const dtype_aliases[][2] = {
 
 /* Every algorithm name the library knows; "all" runs each that implements the collective.
  * Kept in the order of the library's enum so that --algo all lists them the same way. */
-const char *const bench_algo_names[BENCH_NALGOS] = {"auto",          "ring",  "tree",
-                                                    "rd",            "pairwise",
-                                                    "dissemination", "rabenseifner",
-                                                    "bruck",         "swing",
-                                                    "hier",          "arena"};
-static const char *const algo_choices[] = {"auto",  "ring",         "tree",  "rd",
+const char *const bench_algo_names[BENCH_NALGOS] = {
+    "auto",         "ring",  "tree",  "rd",   "pairwise", "dissemination",
+    "rabenseifner", "bruck", "swing", "hier", "arena"};
+static const char *const algo_choices[] = {"auto",     "ring",          "tree",         "rd",
                                            "pairwise", "dissemination", "rabenseifner", "bruck",
-                                           "swing", "hier",         "arena", "all"};
+                                           "swing",    "hier",          "arena",        "all"};
 static const char *const transport_choices[] = {"auto", "shm", "tcp"};
+static const char *const backend_choices[] = {"chorus", "nccl"};
 
 const char *bench_coll_name(coll_t coll)
 {
@@ -78,8 +78,12 @@ void bench_usage(FILE *out)
         "  -r, --root N             root of broadcast and reduce (default 0)\n"
         "  -a, --average 0|1|2|3    the time a row shows: 0 rank 0's, 1 the mean over ranks,\n"
         "                           2 the fastest rank's, 3 the slowest rank's (default 3)\n"
-        "  -z, --blocking 0|1       accepted for nccl-tests scripts; Chorus host collectives\n"
-        "                           always block, so both values time the same thing\n"
+        "  -z, --blocking 0|1       host buffers: accepted for nccl-tests scripts (host\n"
+        "                           collectives always block); -G: 1 synchronises the stream\n"
+        "                           after every call, 0 (the -G default) only after the loop\n"
+        "  -G, --device             device buffers (CUDA, through the GPU plugin of Chorus):\n"
+        "                           one stream per rank, device CHORUS_LOCAL_RANK modulo the\n"
+        "                           device count; exit 77 with 'skipped:' when there is none\n"
         "Chorus options:\n"
         "      --algo ALGO          auto, ring, tree, rd, rabenseifner, swing, bruck, hier,\n"
         "                           arena, pairwise, dissemination: sets CHORUS_ALGO before\n"
@@ -89,6 +93,9 @@ void bench_usage(FILE *out)
         "      --rounds N           --algo all and calibrate: rounds per size, the median\n"
         "                           is kept (1 to 15, default 3)\n"
         "      --transport TP       auto, shm or tcp: sets CHORUS_TRANSPORT before init\n"
+        "      --backend B          chorus (default) or nccl: the same sizes, checks and\n"
+        "                           columns through NCCL (libnccl.so.2, loaded at run time;\n"
+        "                           needs -G); exit 77 with 'skipped:' without NCCL or GPU\n"
         "      --time-per-size SEC  without -n, choose the iterations so that the timed calls\n"
         "                           of a size take about SEC seconds, within [%d, %d]\n"
         "                           (default 0.5)\n"
@@ -230,6 +237,8 @@ static const struct option long_options[] = {
     {"root", required_argument, NULL, 'r'},
     {"average", required_argument, NULL, 'a'},
     {"blocking", required_argument, NULL, 'z'},
+    {"device", no_argument, NULL, 'G'},
+    {"backend", required_argument, NULL, OPT_BACKEND},
     {"algo", required_argument, NULL, OPT_ALGO},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"time-per-size", required_argument, NULL, OPT_TIME_PER_SIZE},
@@ -258,6 +267,13 @@ static int apply_option(int c, const char *arg, options_t *opt, int *factor_p)
     case 'c': return parse_int(arg, 0, 1, &opt->check);
     case 'r': return parse_int(arg, 0, 1000000000, &opt->root);
     case 'z': return parse_int(arg, 0, 1, &opt->blocking);
+    case 'G': opt->device = 1; return 0;
+    case OPT_BACKEND: {
+        const char *name;
+        if (parse_choice(arg, backend_choices, 2, &name) != 0) return -1;
+        opt->backend = strcmp(name, "nccl") == 0 ? BACKEND_NCCL : BACKEND_CHORUS;
+        return 0;
+    }
     case 'a':
         if (parse_int(arg, 0, 3, &avg) != 0) return -1;
         opt->avg_mode = (avg_mode_t)avg;
@@ -310,7 +326,7 @@ int bench_parse_args(int argc, char **argv, options_t *opt)
                        .iters = 0,
                        .warmup = 5,
                        .check = 1,
-                       .blocking = 1,
+                       .blocking = -1,
                        .avg_mode = AVG_MAX,
                        .dtype = CHORUS_FLOAT32,
                        .op = CHORUS_SUM,
@@ -318,7 +334,7 @@ int bench_parse_args(int argc, char **argv, options_t *opt)
                        .rounds = 3,
                        .lat_max = BENCH_LAT_MAX_DEFAULT};
     optind = 1;
-    while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:a:z:h", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:a:z:Gh", long_options, NULL)) != -1) {
         rc = apply_option(c, optarg, opt, &factor);
         if (rc == 1) return 1;
         if (rc == -2) {
@@ -347,5 +363,12 @@ int bench_parse_args(int argc, char **argv, options_t *opt)
         fprintf(stderr, "chorus-bench: need minbytes <= maxbytes and a step that grows\n");
         return -1;
     }
+    /* NCCL collectives take device buffers only; --algo all times Chorus's algorithms. */
+    if (opt->backend == BACKEND_NCCL && (!opt->device || opt->algo_all)) {
+        fprintf(stderr, "chorus-bench: --backend nccl needs -G and does not take --algo all\n");
+        return -1;
+    }
+    /* On device buffers the nccl-tests default: calls back to back, one synchronisation. */
+    if (opt->blocking < 0) opt->blocking = opt->device ? 0 : 1;
     return 0;
 }

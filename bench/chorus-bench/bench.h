@@ -9,7 +9,11 @@
  *   algo_all.c     --algo all and `chorus-bench calibrate`: every algorithm, interleaved
  *   sweep.c        `chorus-bench sweep`: one job per rank count, and the scaling table
  *   plot.c         PNG plots through gnuplot
- * Only the public API (chorus.h) and lib/util/config.h are used from the library.
+ *   gpu.c          -G: device buffers, the stream, and the copies of the checks
+ *   nccl.c         --backend nccl: libnccl.so.2 through dlopen, no nccl.h needed
+ * From the library: the public API (chorus.h), lib/util/config.h, and for -G the GPU
+ * table of lib/gpu/gpu.h (the same plugin the library uses, so the bench and the library
+ * agree on what a device pointer is).
  */
 #ifndef CHORUS_BENCH_H
 #define CHORUS_BENCH_H
@@ -32,6 +36,9 @@ typedef enum {
     COLL_COUNT
 } coll_t;
 
+/* Who runs the timed calls: the Chorus collectives, or NCCL's (with -G) for comparison. */
+typedef enum { BACKEND_CHORUS = 0, BACKEND_NCCL = 1 } backend_t;
+
 /* The `-a` choices of nccl-tests: which rank's time a row shows. */
 typedef enum { AVG_RANK0 = 0, AVG_MEAN = 1, AVG_MIN = 2, AVG_MAX = 3 } avg_mode_t;
 
@@ -50,7 +57,8 @@ typedef struct {
     size_t min_bytes, max_bytes, step_bytes;
     size_t factor; /* > 1: multiply the size; 1: add step_bytes */
     int iters;     /* 0: adapt to time_per_size */
-    int warmup, check, root, blocking;
+    int warmup, check, root;
+    int blocking; /* -1 until resolved: 1 on host buffers, 0 on device buffers by default */
     avg_mode_t avg_mode;
     int all_dtypes, all_ops;
     chorus_dtype_t dtype;
@@ -63,6 +71,8 @@ typedef struct {
     int calibrate;         /* chorus-bench calibrate: also chunk sizes, and record the best */
     const char *transport; /* NULL: leave CHORUS_TRANSPORT as it is */
     const char *json_path, *csv_path, *plot_prefix;
+    int device;        /* -G: buffers in device memory, calls on one stream */
+    backend_t backend; /* --backend */
 } options_t;
 
 /* One test: a collective with one datatype and op, as seen by one rank. */
@@ -123,6 +133,11 @@ typedef struct {
     int warmup, iters; /* iters 0: adaptive */
     int check, avg_mode;
     double time_per_size;
+    /* Where the buffers were ("host" or "gpu") and who ran the calls ("chorus", "nccl"). */
+    char device[8], backend[8];
+    char gpu[160];    /* -G: chorus__gpu_describe(); empty on host buffers */
+    int nccl_version; /* --backend nccl: ncclGetVersion(); 0 otherwise */
+    int blocking;
 } meta_t;
 
 typedef struct {
@@ -136,12 +151,19 @@ typedef struct {
 
 typedef struct {
     options_t opt;
-    chorus_comm_t comm;  /* the one the calls run on */
-    chorus_comm_t world; /* the launcher's; with --algo all, comm is split from it */
+    chorus_comm_t comm;    /* the one the calls run on */
+    chorus_comm_t world;   /* the launcher's; with --algo all, comm is split from it */
     const char *pass_algo; /* --algo all: the algorithm of this pass ("auto" first) */
     int rank, nranks;
-    void *sendbuf, *recvbuf;
-    double *times; /* one per rank, for the spread across ranks */
+    void *sendbuf, *recvbuf; /* -G: device memory, never touched by the host */
+    double *times;           /* one per rank, for the spread across ranks */
+    /* -G: the plugin's table, the stream every call runs on, the device ordinal, and the
+     * host mirrors of sendbuf and recvbuf where checked data is made and read. */
+    const struct chorus_gpu_ops *gpu;
+    void *stream;
+    int gpu_device;
+    void *host_send, *host_recv;
+    struct bench_nccl *nccl; /* --backend nccl */
     results_t res;
 } bench_t;
 
@@ -188,6 +210,44 @@ void bench_row_init(bench_t *b, const test_t *t, const counts_t *c, int in_place
                     int iters, row_t *row);
 void bench_row_time(bench_t *b, const test_t *t, const counts_t *c, row_t *row);
 void bench_row_check(bench_t *b, const test_t *t, const counts_t *c, row_t *row);
+
+/* As bench_fail, with the message of whatever failed (the GPU plugin, NCCL). */
+void bench_fail_text(bench_t *b, chorus_status_t status, const char *what, size_t bytes,
+                     const char *text);
+/* The call of one test on b's backend and stream (-G: enqueued only; see bench_gpu_sync). */
+chorus_status_t bench_run_coll(bench_t *b, const test_t *t, const counts_t *c, const void *send,
+                               void *recv);
+
+/* ---- gpu.c ---- */
+/* Before the communicator: with -G, loads the GPU plugin and makes this rank's device
+ * (CHORUS_LOCAL_RANK modulo the device count) current; with --backend nccl, loads NCCL.
+ * Returns 0, or -1 with why the run cannot happen here in reason (then the run is
+ * skipped, not failed). */
+int bench_gpu_preinit(bench_t *b, char *reason, size_t size);
+/* After the communicator: the stream, the device buffers and their host mirrors (-G), or
+ * the host buffers; with --backend nccl, the NCCL communicator. */
+void bench_gpu_setup(bench_t *b);
+void bench_gpu_teardown(bench_t *b);
+/* -G: waits for everything enqueued on the stream; nothing on host buffers. */
+void bench_gpu_sync(bench_t *b, size_t bytes);
+/* Fills the buffers of a checked call (bench_prepare on the host mirrors, then copied to
+ * the device) and returns the pointers for the call. */
+void bench_gpu_prepare(bench_t *b, const test_t *t, const counts_t *c, int in_place, void **send_p,
+                       void **recv_p);
+/* After the checked call: the result as the host can read it (copied back under -G). */
+const void *bench_gpu_result(bench_t *b, const test_t *t, const counts_t *c, void *recv);
+
+/* ---- nccl.c ---- */
+/* dlopens libnccl.so.2 and resolves what chorus-bench calls; -1 with the reason. */
+int bench_nccl_load(char *reason, size_t size);
+int bench_nccl_version(void);
+/* The NCCL communicator: rank 0's unique id goes to the others on b->comm. */
+chorus_status_t bench_nccl_init(bench_t *b);
+void bench_nccl_destroy(bench_t *b);
+chorus_status_t bench_nccl_run(bench_t *b, const test_t *t, const counts_t *c, const void *send,
+                               void *recv);
+/* The message of the last NCCL failure on this rank. */
+const char *bench_nccl_error(void);
 
 /* ---- algo_all.c ---- */
 /* --algo all and chorus-bench calibrate: every algorithm (calibrate: and chunk size) on

@@ -3,6 +3,7 @@
  *
  *   chorusrun -n 4 -- chorus-bench allreduce -b 8 -e 64M -f 4 -c 1
  *   chorus-bench sweep --ranks 2,4,8 allreduce -b 1K -e 16M -f 4 --plot out/ar
+ *   chorusrun -n 8 -- chorus-bench allreduce -G [--backend nccl] -b 8 -e 1G -f 2
  *
  * Every rank runs it; rank 0 prints the tables and writes the files. The columns, the size
  * conventions and the bus bandwidth factors are those of nccl-tests (see bench/README.md),
@@ -10,6 +11,7 @@
  * found a wrong value or a call failed.
  */
 #include "bench.h"
+#include "gpu/gpu.h"
 #include "util/config.h"
 
 #include <limits.h>
@@ -19,6 +21,9 @@
 #include <unistd.h>
 
 #define HOST_BYTES 64
+#define REASON_BYTES 512
+/* The exit status of a run that cannot happen here (no GPU, no NCCL): "skipped". */
+#define EXIT_SKIPPED 77
 
 /* The command line as a shell would take it back: arguments with odd characters quoted. */
 static char *join_command(int argc, char **argv)
@@ -85,13 +90,19 @@ static void fill_meta(bench_t *b, char (*hosts)[HOST_BYTES])
     m->check = b->opt.check;
     m->avg_mode = (int)b->opt.avg_mode;
     m->time_per_size = b->opt.time_per_size;
+    m->blocking = b->opt.blocking;
+    snprintf(m->device, sizeof(m->device), "%s", b->gpu != NULL ? "gpu" : "host");
+    snprintf(m->backend, sizeof(m->backend), "%s",
+             b->opt.backend == BACKEND_NCCL ? "nccl" : "chorus");
+    snprintf(m->gpu, sizeof(m->gpu), "%s", b->gpu != NULL ? chorus__gpu_describe() : "");
+    m->nccl_version = b->opt.backend == BACKEND_NCCL ? bench_nccl_version() : 0;
 }
 
 /* The nccl-tests header, with one line per rank in place of the GPU list. */
 static void print_header(bench_t *b)
 {
     struct {
-        int32_t pid;
+        int32_t pid, device;
         char host[HOST_BYTES];
     } me, *all;
     char(*hosts)[HOST_BYTES];
@@ -101,6 +112,7 @@ static void print_header(bench_t *b)
 
     memset(&me, 0, sizeof(me));
     me.pid = (int32_t)getpid();
+    me.device = b->gpu != NULL ? b->gpu_device : -1;
     if (gethostname(me.host, sizeof(me.host) - 1) != 0) strcpy(me.host, "?");
     all = calloc((size_t)b->nranks, sizeof(*all));
     hosts = calloc((size_t)b->nranks, sizeof(*hosts));
@@ -121,28 +133,59 @@ static void print_header(bench_t *b)
                b->opt.min_bytes, b->opt.max_bytes,
                b->opt.factor > 1 ? b->opt.factor : b->opt.step_bytes,
                b->opt.factor > 1 ? "factor" : "bytes", b->opt.warmup, iters, b->opt.check);
-        printf("# hosts %d transport %s algo_requested %s chunk %llu blocking: always (-z %d)\n",
+        printf("# hosts %d transport %s algo_requested %s chunk %llu backend %s device %s "
+               "blocking: %s (-z %d)\n",
                m->hosts, m->transport, m->algo_requested, (unsigned long long)m->chunk_size,
+               m->backend, m->device,
+               b->gpu == NULL    ? "always"
+               : b->opt.blocking ? "sync after each call"
+                                 : "sync after the loop",
                b->opt.blocking);
+        if (b->gpu != NULL && m->nccl_version > 0)
+            printf("# gpu: %s; NCCL %d\n", m->gpu, m->nccl_version);
+        else if (b->gpu != NULL)
+            printf("# gpu: %s\n", m->gpu);
         printf("#\n# Using devices\n");
-        for (int r = 0; r < b->nranks; r++)
-            printf("#  Rank %2d Group  0 Pid %6d on %10s device  cpu\n", r, (int)all[r].pid,
-                   all[r].host);
+        for (int r = 0; r < b->nranks; r++) {
+            if (all[r].device < 0)
+                printf("#  Rank %2d Group  0 Pid %6d on %10s device  cpu\n", r, (int)all[r].pid,
+                       all[r].host);
+            else
+                printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s]\n", r, (int)all[r].pid,
+                       all[r].host, (int)all[r].device, b->gpu->name);
+        }
         fflush(stdout);
     }
     free(hosts);
     free(all);
 }
 
-static void *alloc_buffer(bench_t *b, size_t bytes)
+/* Every rank learns whether any rank cannot run (no GPU, no NCCL), so that all of them
+ * stop together; rank 0 prints the first reason. Returns 1 to skip. */
+static int skip_everywhere(bench_t *b, const char *reason)
 {
-    void *p = NULL;
+    char mine[REASON_BYTES], (*all)[REASON_BYTES];
+    chorus_status_t status;
+    int skip = 0;
 
-    /* Page-aligned and touched, so that page faults stay out of the timings. */
-    if (posix_memalign(&p, 4096, bytes) != 0)
-        bench_fail(b, CHORUS_ERR_NO_MEMORY, "allocation", bytes);
-    memset(p, 0, bytes);
-    return p;
+    snprintf(mine, sizeof(mine), "%s", reason);
+    all = calloc((size_t)b->nranks, sizeof(*all));
+    if (all == NULL) bench_fail(b, CHORUS_ERR_NO_MEMORY, "allocation", 0);
+    status = chorus_allgather(mine, all, sizeof(mine), CHORUS_UINT8, b->comm, NULL);
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, "allgather of the skip reasons", 0);
+    for (int r = 0; r < b->nranks && !skip; r++) {
+        if (all[r][0] == '\0') continue;
+        skip = 1;
+        if (b->rank == 0) {
+            if (r == 0)
+                printf("skipped: %s\n", all[r]);
+            else
+                printf("skipped: rank %d: %s\n", r, all[r]);
+            fflush(stdout);
+        }
+    }
+    free(all);
+    return skip;
 }
 
 /* The files rank 0 writes after the run; a file that cannot be written fails the run. */
@@ -200,9 +243,21 @@ int main(int argc, char **argv)
     } else {
         rc = bench_parse_args(argc, argv, &b.opt);
     }
+    if (rc == 0 && b.opt.calibrate && b.opt.backend == BACKEND_NCCL) {
+        fprintf(stderr, "chorus-bench: calibrate times Chorus's algorithms: no --backend nccl\n");
+        rc = -1;
+    }
     if (rc != 0) {
         free(b.res.meta.command);
         return rc < 0 ? 2 : 0;
+    }
+    /* Before the communicator: the device is chosen before anything touches CUDA. */
+    char reason[REASON_BYTES] = "";
+    int pre = bench_gpu_preinit(&b, reason, sizeof(reason));
+    if (pre < -1) {
+        fprintf(stderr, "chorus-bench: %s\n", reason);
+        free(b.res.meta.command);
+        return 1;
     }
     /* The library reads its configuration when the communicator is created. */
     if (b.opt.algo != NULL) setenv("CHORUS_ALGO", b.opt.algo, 1);
@@ -216,15 +271,18 @@ int main(int argc, char **argv)
     if (chorus_comm_rank(b.comm, &b.rank) != CHORUS_SUCCESS ||
         chorus_comm_size(b.comm, &b.nranks) != CHORUS_SUCCESS)
         bench_fail(&b, CHORUS_ERR_INTERNAL, "rank and size", 0);
+    if (skip_everywhere(&b, pre != 0 ? reason : "")) {
+        free(b.res.meta.command);
+        chorus_comm_destroy(b.comm);
+        return EXIT_SKIPPED;
+    }
     if (b.opt.root >= b.nranks) {
         if (b.rank == 0)
             fprintf(stderr, "chorus-bench: root %d is not a rank of %d\n", b.opt.root, b.nranks);
         chorus_comm_destroy(b.comm);
         return 2;
     }
-    /* Both buffers hold the largest size; sizes are rounded down to whole elements. */
-    b.sendbuf = alloc_buffer(&b, b.opt.max_bytes + 64);
-    b.recvbuf = alloc_buffer(&b, b.opt.max_bytes + 64);
+    bench_gpu_setup(&b);
     b.times = calloc((size_t)b.nranks, sizeof(double));
     if (b.times == NULL) bench_fail(&b, CHORUS_ERR_NO_MEMORY, "allocation", 0);
     b.world = b.comm;
@@ -249,8 +307,7 @@ int main(int argc, char **argv)
     if (status != CHORUS_SUCCESS) bench_fail(&b, status, "final barrier", 0);
     bench_results_free(&b.res);
     free(b.times);
-    free(b.sendbuf);
-    free(b.recvbuf);
+    bench_gpu_teardown(&b);
     chorus_comm_destroy(b.comm);
     return rc;
 }

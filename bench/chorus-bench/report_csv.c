@@ -20,6 +20,9 @@ static void write_meta(FILE *out, const meta_t *m)
     fprintf(out, "# chunk_size: %llu\n", (unsigned long long)m->chunk_size);
     fprintf(out, "# hostname: %s\n# date: %s\n", m->hostname, m->date);
     fprintf(out, "# command: %s\n", m->command != NULL ? m->command : "");
+    fprintf(out, "# device: %s\n# backend: %s\n", m->device, m->backend);
+    if (m->gpu[0] != '\0') fprintf(out, "# gpu: %s\n", m->gpu);
+    if (m->nccl_version > 0) fprintf(out, "# nccl_version: %d\n", m->nccl_version);
 }
 
 static void write_row(FILE *out, const meta_t *m, const row_t *w)
@@ -31,8 +34,8 @@ static void write_row(FILE *out, const meta_t *m, const row_t *w)
     if (w->has_root) fprintf(out, "%d", w->root);
     fprintf(out, ",%d,%.3f,%.9g,%.9g,", w->in_place, w->time_us, w->algbw, w->busbw);
     if (w->wrong >= 0) fprintf(out, "%lld", (long long)w->wrong);
-    fprintf(out, ",%.3f,%.3f,%.3f,%d,%d,%s,%s,%s,", w->lat_avg_us, w->lat_min_us,
-            w->lat_max_us, w->iters, m->ranks, m->transport, m->algo_requested, w->algo);
+    fprintf(out, ",%.3f,%.3f,%.3f,%d,%d,%s,%s,%s,", w->lat_avg_us, w->lat_min_us, w->lat_max_us,
+            w->iters, m->ranks, m->transport, m->algo_requested, w->algo);
     /* Last, so that readers that count columns keep working; empty without a model. */
     if (w->predicted_us >= 0.0) fprintf(out, "%.3f", w->predicted_us);
     fprintf(out, "\n");

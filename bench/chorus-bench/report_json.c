@@ -52,6 +52,7 @@ static json_t *meta_json(const meta_t *m)
     bad |= set(opt, "time_per_size", json_real(m->time_per_size));
     bad |= set(opt, "check", json_boolean(m->check));
     bad |= set(opt, "average", json_integer(m->avg_mode));
+    bad |= set(opt, "blocking", json_integer(m->blocking));
     bad |= set(o, "ranks", json_integer(m->ranks));
     bad |= set(o, "hosts", json_integer(m->hosts));
     bad |= set(o, "transport", json_string(m->transport));
@@ -61,6 +62,10 @@ static json_t *meta_json(const meta_t *m)
     bad |= set(o, "hostname", json_string(m->hostname));
     bad |= set(o, "date", json_string(m->date));
     bad |= set(o, "command", json_string(m->command != NULL ? m->command : ""));
+    bad |= set(o, "device", json_string(m->device[0] != '\0' ? m->device : "host"));
+    bad |= set(o, "backend", json_string(m->backend[0] != '\0' ? m->backend : "chorus"));
+    if (m->gpu[0] != '\0') bad |= set(o, "gpu", json_string(m->gpu));
+    if (m->nccl_version > 0) bad |= set(o, "nccl_version", json_integer(m->nccl_version));
     bad |= set(o, "options", opt);
     if (bad) {
         json_decref(o);
@@ -210,6 +215,14 @@ static void read_meta(const json_t *o, meta_t *m)
     snprintf(m->date, sizeof(m->date), "%s", s != NULL ? s : "?");
     s = json_string_value(json_object_get(o, "command"));
     m->command = s != NULL ? strdup(s) : NULL;
+    /* Absent in files written before -G: those ran on host buffers through Chorus. */
+    s = json_string_value(json_object_get(o, "device"));
+    snprintf(m->device, sizeof(m->device), "%s", s != NULL ? s : "host");
+    s = json_string_value(json_object_get(o, "backend"));
+    snprintf(m->backend, sizeof(m->backend), "%s", s != NULL ? s : "chorus");
+    s = json_string_value(json_object_get(o, "gpu"));
+    snprintf(m->gpu, sizeof(m->gpu), "%s", s != NULL ? s : "");
+    m->nccl_version = (int)num(o, "nccl_version");
 }
 
 int bench_read_json(const char *path, results_t *r)

@@ -7,6 +7,13 @@
  * row shows the one that -a asks for (the slowest rank's by default: a collective is done
  * when its slowest rank is done), with the mean, fastest and slowest kept for the latency
  * table and the JSON file.
+ *
+ * With -G the buffers are device memory and every call is enqueued on one stream, as in
+ * nccl-tests: the timed calls go back to back (-z 1: a synchronisation after each) and one
+ * stream synchronisation ends the loop before the host clock is read; the checks copy the
+ * data in and the result out through host mirrors (gpu.c). --backend nccl makes the same
+ * calls through NCCL (nccl.c); the host collectives around them (barriers, the gathered
+ * times, the sum of the wrong counts) stay on the Chorus communicator.
  */
 #include "bench.h"
 
@@ -17,14 +24,23 @@
 static const char *const avg_mode_names[] = {"rank 0's time", "the mean over ranks",
                                              "the fastest rank's time", "the slowest rank's time"};
 
-void bench_fail(bench_t *b, chorus_status_t status, const char *what, size_t bytes)
+void bench_fail_text(bench_t *b, chorus_status_t status, const char *what, size_t bytes,
+                     const char *text)
 {
     fprintf(stderr, "chorus-bench: rank %d: %s failed (%zu bytes): %s: %s\n", b->rank, what, bytes,
-            chorus_status_string(status), chorus_last_error());
+            chorus_status_string(status), text);
     fflush(stdout);
     chorus_comm_abort(b->comm);
     chorus_comm_destroy(b->comm);
     exit(1);
+}
+
+void bench_fail(bench_t *b, chorus_status_t status, const char *what, size_t bytes)
+{
+    bench_fail_text(b, status, what, bytes,
+                    b->opt.backend == BACKEND_NCCL && bench_nccl_error()[0] != '\0'
+                        ? bench_nccl_error()
+                        : chorus_last_error());
 }
 
 /* The ring exchange of sendrecv: both directions in one group, so that no rank waits for
@@ -37,27 +53,30 @@ static chorus_status_t run_sendrecv(const bench_t *b, const test_t *t, size_t co
 
     status = chorus_group_start();
     if (status != CHORUS_SUCCESS) return status;
-    status = chorus_send(send, count, t->dtype, next, b->comm, NULL);
-    if (status == CHORUS_SUCCESS) status = chorus_recv(recv, count, t->dtype, prev, b->comm, NULL);
+    status = chorus_send(send, count, t->dtype, next, b->comm, b->stream);
+    if (status == CHORUS_SUCCESS)
+        status = chorus_recv(recv, count, t->dtype, prev, b->comm, b->stream);
     end_status = chorus_group_end();
     return status != CHORUS_SUCCESS ? status : end_status;
 }
 
-static chorus_status_t run_coll(const bench_t *b, const test_t *t, const counts_t *c,
-                                const void *send, void *recv)
+chorus_status_t bench_run_coll(bench_t *b, const test_t *t, const counts_t *c, const void *send,
+                               void *recv)
 {
+    void *s = b->stream;
+
+    if (b->opt.backend == BACKEND_NCCL) return bench_nccl_run(b, t, c, send, recv);
     switch (t->coll) {
     case COLL_ALLREDUCE:
-        return chorus_allreduce(send, recv, c->param_count, t->dtype, t->op, b->comm, NULL);
-    case COLL_ALLGATHER:
-        return chorus_allgather(send, recv, c->param_count, t->dtype, b->comm, NULL);
+        return chorus_allreduce(send, recv, c->param_count, t->dtype, t->op, b->comm, s);
+    case COLL_ALLGATHER: return chorus_allgather(send, recv, c->param_count, t->dtype, b->comm, s);
     case COLL_REDUCE_SCATTER:
-        return chorus_reduce_scatter(send, recv, c->param_count, t->dtype, t->op, b->comm, NULL);
+        return chorus_reduce_scatter(send, recv, c->param_count, t->dtype, t->op, b->comm, s);
     case COLL_BROADCAST:
-        return chorus_broadcast(send, recv, c->param_count, t->dtype, t->root, b->comm, NULL);
+        return chorus_broadcast(send, recv, c->param_count, t->dtype, t->root, b->comm, s);
     case COLL_REDUCE:
-        return chorus_reduce(send, recv, c->param_count, t->dtype, t->op, t->root, b->comm, NULL);
-    case COLL_ALLTOALL: return chorus_alltoall(send, recv, c->param_count, t->dtype, b->comm, NULL);
+        return chorus_reduce(send, recv, c->param_count, t->dtype, t->op, t->root, b->comm, s);
+    case COLL_ALLTOALL: return chorus_alltoall(send, recv, c->param_count, t->dtype, b->comm, s);
     case COLL_SENDRECV: return run_sendrecv(b, t, c->param_count, send, recv);
     case COLL_BARRIER: return chorus_barrier(b->comm);
     default: return CHORUS_ERR_INVALID_ARGUMENT;
@@ -65,13 +84,15 @@ static chorus_status_t run_coll(const bench_t *b, const test_t *t, const counts_
 }
 
 /* The algorithm the library chooses for this call, as the row records it. Point-to-point
- * exchanges have no algorithm to choose. */
+ * exchanges have no algorithm to choose; NCCL does not say which it picks. */
 static void chosen_algo(bench_t *b, const test_t *t, const counts_t *c, char *out, size_t size)
 {
     const char *name = "p2p";
     chorus_status_t status;
 
-    if (t->coll != COLL_SENDRECV) {
+    if (t->coll != COLL_SENDRECV && b->opt.backend == BACKEND_NCCL) {
+        name = "nccl";
+    } else if (t->coll != COLL_SENDRECV) {
         status = chorus_algorithm_name(b->comm, bench_coll_name(t->coll), c->param_count, t->dtype,
                                        &name);
         if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_algorithm_name", 0);
@@ -84,9 +105,9 @@ static double predicted(const bench_t *b, const test_t *t, const counts_t *c)
 {
     double us = -1.0;
 
-    if (t->coll == COLL_SENDRECV ||
-        chorus_algorithm_predict(b->comm, bench_coll_name(t->coll), NULL, c->param_count,
-                                 t->dtype, &us) != CHORUS_SUCCESS)
+    if (t->coll == COLL_SENDRECV || b->opt.backend == BACKEND_NCCL ||
+        chorus_algorithm_predict(b->comm, bench_coll_name(t->coll), NULL, c->param_count, t->dtype,
+                                 &us) != CHORUS_SUCCESS)
         return -1.0;
     return us;
 }
@@ -129,6 +150,14 @@ static void bandwidth(const test_t *t, const counts_t *c, double sec, double *al
     *busbw_p = *algbw_p * factor;
 }
 
+/* In-place alltoall through NCCL's grouped send and receive would overwrite blocks that
+ * are still being sent, so that backend times it out of place only. */
+static int has_in_place(const bench_t *b, coll_t coll)
+{
+    return bench_coll_has_in_place(coll) &&
+           !(b->opt.backend == BACKEND_NCCL && coll == COLL_ALLTOALL);
+}
+
 static void *buffer_at(const test_t *t, void *base, size_t offset)
 {
     return (char *)base + offset * (size_t)t->rank * chorus_dtype_size(t->dtype);
@@ -147,10 +176,11 @@ static int choose_iters(bench_t *b, const test_t *t, const counts_t *c, size_t b
     status = chorus_barrier(b->comm);
     if (status != CHORUS_SUCCESS) bench_fail(b, status, "barrier", bytes);
     start = now_s();
-    status = run_coll(b, t, c, b->sendbuf, b->recvbuf);
+    status = bench_run_coll(b, t, c, b->sendbuf, b->recvbuf);
     if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), bytes);
+    bench_gpu_sync(b, bytes);
     sec = now_s() - start;
-    budget = b->opt.time_per_size / (bench_coll_has_in_place(t->coll) ? 2.0 : 1.0);
+    budget = b->opt.time_per_size / (has_in_place(b, t->coll) ? 2.0 : 1.0);
     if (sec <= 0.0 || budget / sec >= BENCH_ITERS_MAX)
         iters = BENCH_ITERS_MAX;
     else if (budget / sec <= BENCH_ITERS_MIN)
@@ -235,9 +265,11 @@ void bench_row_time(bench_t *b, const test_t *t, const counts_t *c, row_t *row)
     if (status != CHORUS_SUCCESS) bench_fail(b, status, "barrier", row->size);
     start = now_s();
     for (int iter = 0; iter < row->iters; iter++) {
-        status = run_coll(b, t, c, send, recv);
+        status = bench_run_coll(b, t, c, send, recv);
         if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), row->size);
+        if (b->opt.blocking && b->gpu != NULL) bench_gpu_sync(b, row->size);
     }
+    bench_gpu_sync(b, row->size);
     sec = (now_s() - start) / row->iters;
     spread(b, sec, row->size, row);
     bandwidth(t, c, row->time_us * 1.0e-6, &row->algbw, &row->busbw);
@@ -250,10 +282,10 @@ void bench_row_check(bench_t *b, const test_t *t, const counts_t *c, row_t *row)
     void *send, *recv;
 
     if (!b->opt.check || t->coll == COLL_BARRIER) return;
-    bench_prepare(t, c, row->in_place, b->sendbuf, b->recvbuf, &send, &recv);
-    status = run_coll(b, t, c, send, recv);
+    bench_gpu_prepare(b, t, c, row->in_place, &send, &recv);
+    status = bench_run_coll(b, t, c, send, recv);
     if (status != CHORUS_SUCCESS) bench_fail(b, status, bench_coll_name(t->coll), row->size);
-    wrong = bench_count_wrong(t, c, recv);
+    wrong = bench_count_wrong(t, c, bench_gpu_result(b, t, c, recv));
     status = chorus_allreduce(&wrong, &wrong, 1, CHORUS_UINT64, CHORUS_SUM, b->comm, NULL);
     if (status != CHORUS_SUCCESS) bench_fail(b, status, "allreduce of the check", row->size);
     row->wrong = (int64_t)wrong;
@@ -289,9 +321,10 @@ static void warm_up(bench_t *b, const test_t *t)
     for (int s = 0; s < 2; s++) {
         counts_t c = bench_counts(t->coll, sizes[s] / es, t->nranks);
         for (int i = 0; i < b->opt.warmup; i++) {
-            chorus_status_t status = run_coll(b, t, &c, b->sendbuf, b->recvbuf);
+            chorus_status_t status = bench_run_coll(b, t, &c, b->sendbuf, b->recvbuf);
             if (status != CHORUS_SUCCESS) bench_fail(b, status, "warm-up", sizes[s]);
         }
+        bench_gpu_sync(b, sizes[s]);
         if (t->coll == COLL_BARRIER) break;
     }
 }
@@ -344,7 +377,7 @@ static void print_latency(const bench_t *b, size_t first_row)
 static void time_sizes(bench_t *b, const test_t *t)
 {
     size_t es = chorus_dtype_size(t->dtype);
-    int rooted = bench_coll_rooted(t->coll), in_place = bench_coll_has_in_place(t->coll);
+    int rooted = bench_coll_rooted(t->coll), in_place = has_in_place(b, t->coll);
     const char *op_name = bench_coll_reduces(t->coll) ? chorus_op_name(t->op) : "none";
 
     warm_up(b, t);
@@ -397,6 +430,10 @@ static void run_coll_tests(bench_t *b, coll_t coll)
     int last_op = b->opt.all_ops && reduces ? CHORUS_NUM_OPS - 1 : (int)b->opt.op;
     size_t first_row = b->res.nrows;
 
+    if (b->opt.backend == BACKEND_NCCL && coll == COLL_BARRIER) {
+        if (b->rank == 0) printf("#\n# barrier: NCCL has no barrier: skipped\n");
+        return;
+    }
     print_columns(b, coll);
     for (int d = first_dtype; d <= last_dtype; d++) {
         for (int o = first_op; o <= last_op; o++) {
@@ -448,16 +485,14 @@ void bench_print_picks(const bench_t *b)
                    "pick's own forced time / the best forced time (the quality of the "
                    "choice);\n# auto = the auto variant's time / the best forced time (adds "
                    "the noise of a second measurement)\n");
-            printf("# %10s  %14s  %-13s %9s %9s  %-13s %9s  %6s  %6s\n", "size (B)",
-                   "collective", "pick", "time(us)", "pred(us)", "best forced", "time(us)",
-                   "choice", "auto");
+            printf("# %10s  %14s  %-13s %9s %9s  %-13s %9s  %6s  %6s\n", "size (B)", "collective",
+                   "pick", "time(us)", "pred(us)", "best forced", "time(us)", "choice", "auto");
             header = 1;
         }
         double ratio = best->time_us > 0.0 ? pick->time_us / best->time_us : 1.0;
         /* A pick that no forced pass measured (the forced pass fell back) is judged by the
          * auto pass itself. */
-        double choice = same != NULL && best->time_us > 0.0 ? same->time_us / best->time_us
-                                                            : ratio;
+        double choice = same != NULL && best->time_us > 0.0 ? same->time_us / best->time_us : ratio;
         misses += choice > 1.10;
         printf("  %10llu  %14s  %-13s %9.1f %9.1f  %-13s %9.1f  %6.3f  %6.3f%s\n",
                (unsigned long long)pick->size, bench_coll_name(pick->coll), pick->algo,
