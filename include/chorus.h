@@ -24,9 +24,8 @@
  *    the stream still moves on (the results are then undefined), and the next call on the
  *    communicator returns the error. Host-side calls on a communicator (host collectives,
  *    barrier, send/recv, split, set_timeout, destroy) first wait for its queued device
- *    operations. Device send/recv are supported outside groups (matched by a device
- *    send/recv on the peer); inside chorus_group_start/end they are
- *    CHORUS_ERR_UNSUPPORTED for now.
+ *    operations. Device send/recv work outside and inside groups (see chorus_send and
+ *    chorus_group_start).
  *
  * Thread safety: the functions on one communicator must be called from one thread at a
  * time, except chorus_comm_abort() and chorus_comm_get_async_error(), which may be called
@@ -208,10 +207,14 @@ chorus_status_t chorus_reduce(const void *sendbuf, void *recvbuf, size_t count,
 chorus_status_t chorus_alltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
                                 chorus_dtype_t dtype, chorus_comm_t comm, void *stream);
 
-/* Point to point. Outside a group, a send blocks until its data has left the buffer and a
- * recv until its data has arrived; messages between two ranks arrive in the order they
- * were sent. Inside chorus_group_start/end, sends and receives are only recorded, and
- * chorus_group_end runs them all together, so that exchanges cannot deadlock. */
+/* Point to point. Outside a group, a send on host memory blocks until its data has left
+ * the buffer and a recv until its data has arrived; on device memory both are queued on
+ * `stream` like a collective. Messages between two ranks arrive in the order they were
+ * sent. Inside chorus_group_start/end, sends and receives are only recorded, and
+ * chorus_group_end runs them all together, so that exchanges cannot deadlock.
+ * Matching: each send is one message, received by the peer's receive from this rank in
+ * the same position, which must have the same size in bytes (else the receiving rank
+ * gets CHORUS_ERR_REMOTE); either side may be host or device memory, in a group or not. */
 chorus_status_t chorus_send(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
                             chorus_comm_t comm, void *stream);
 chorus_status_t chorus_recv(void *buf, size_t count, chorus_dtype_t dtype, int peer,
@@ -221,7 +224,12 @@ chorus_status_t chorus_recv(void *buf, size_t count, chorus_dtype_t dtype, int p
 chorus_status_t chorus_barrier(chorus_comm_t comm);
 
 /* Groups nest; the outermost chorus_group_end runs what was recorded. A group may hold
- * sends and receives of one communicator. An error in chorus_group_end covers all of them. */
+ * sends and receives of one communicator, either all on host memory (NULL stream) or all
+ * on device memory of one device with one stream; a call that breaks either rule is
+ * CHORUS_ERR_INVALID_ARGUMENT, and the group then fails as a whole. A device group is
+ * queued on its stream at chorus_group_end as one operation (its sends are staged through
+ * a pinned host buffer the size of the group's messages, kept by the communicator), and
+ * chorus_group_end returns at once. An error in chorus_group_end covers all of them. */
 chorus_status_t chorus_group_start(void);
 chorus_status_t chorus_group_end(void);
 

@@ -188,9 +188,4 @@ void chorus__p2p_forget(chorus_comm_t comm);
 /* Nonzero while this thread is inside chorus_group_start/end. */
 int chorus__p2p_in_group(void);
 
-/* One blocking send or receive of bytes > 0 of host memory to or from peer (not self),
- * named what in messages: the staging path of device send/recv. */
-chorus_status_t chorus__p2p_run_one(chorus_comm_t comm, int is_send, void *buf, size_t bytes,
-                                    int peer, const char *what);
-
 #endif

@@ -163,10 +163,9 @@ static chorus_status_t gpu_run_coll(chorus_gpu_comm_t *g, const chorus_coll_call
     chorus_comm_t comm = g->comm;
     chorus_status_t status;
 
-    if (!g->path_chosen) {
-        status = gpu_choose_path(g, what);
-        if (status != CHORUS_SUCCESS) return status;
-    }
+    if (!g->path_chosen)
+        return chorus__error(CHORUS_ERR_INTERNAL, "rank %d: %s: no device path was chosen",
+                             comm->rank, what);
     if (g->path == GPU_PATH_STAGING) return chorus__gpu_staging_coll(g, call, what);
     status = chorus__ipc_arena_run(g->ipc, call->coll, call->sendbuf, call->recvbuf, call->count,
                                    call->dtype, call->op, call->root, comm->exec.coll_seq, what);
@@ -174,18 +173,30 @@ static chorus_status_t gpu_run_coll(chorus_gpu_comm_t *g, const chorus_coll_call
     return CHORUS_SUCCESS;
 }
 
+/* Waits until the proxy's own streams are idle. An op that failed half-way (abort,
+ * timeout, a peer's failure) leaves copies and kernels queued there: they must end before
+ * the done counter lets the caller's stream use the buffers again, and before the pinned
+ * staging buffers and the IPC slots are freed. They wait on nothing outside the device,
+ * so this returns; their errors are the failed op's, already recorded. */
+static void gpu_quiesce(chorus_gpu_comm_t *g)
+{
+    if (g->stream_in != NULL) (void)g->ops->stream_synchronize(g->stream_in);
+    if (g->stream_out != NULL) (void)g->ops->stream_synchronize(g->stream_out);
+}
+
 /* Runs one op on the proxy; an error becomes the comm's async error. */
 static void gpu_run_op(chorus_gpu_comm_t *g, const chorus_gpu_op_t *op)
 {
     chorus_comm_t comm = g->comm;
+    const chorus_p2p_op_t *ops = op->nops > 1 ? op->list : &op->one;
     const char *name = op->kind == GPU_OP_COLL ? chorus__core_coll_name(op->call.coll)
-                       : op->kind == GPU_OP_SEND ? "send" : "recv";
+                       : op->nops > 1 ? "group" : ops[0].is_send ? "send" : "recv";
     chorus_status_t status;
     char what[64], peer_what[96];
 
     /* Collectives count even when they do not run, so that the numbers stay in step with
      * the other ranks' for the messages of the error that follows. */
-    if (op->kind != GPU_OP_SEND && op->kind != GPU_OP_RECV) comm->exec.coll_seq++;
+    if (op->kind != GPU_OP_P2P) comm->exec.coll_seq++;
     if (op->kind == GPU_OP_NOP) return;
     /* A failed comm runs nothing more: its peers' streams are out of step. */
     if (atomic_load_explicit(&comm->async_error, memory_order_acquire) != 0) return;
@@ -195,13 +206,15 @@ static void gpu_run_op(chorus_gpu_comm_t *g, const chorus_gpu_op_t *op)
     if (status == CHORUS_SUCCESS) {
         if (op->kind == GPU_OP_COLL) {
             status = gpu_run_coll(g, &op->call, what);
+        } else if (op->nops == 1) {
+            snprintf(peer_what, sizeof peer_what, "%s (peer %d)", what, ops[0].peer);
+            status = chorus__gpu_staging_p2p(g, ops, 1, peer_what);
         } else {
-            snprintf(peer_what, sizeof peer_what, "%s (peer %d)", what, op->peer);
-            status = chorus__gpu_staging_p2p(g, op->kind == GPU_OP_SEND, op->buf, op->bytes,
-                                             op->peer, peer_what);
+            status = chorus__gpu_staging_p2p(g, ops, op->nops, what);
         }
     }
     if (status != CHORUS_SUCCESS) {
+        gpu_quiesce(g);
         CHORUS_WARN("gpu", "%s", chorus_last_error());
         chorus__comm_record_error(comm, status);
         return;
@@ -215,16 +228,13 @@ static void gpu_raise(chorus_gpu_comm_t *g, uint64_t ticket)
     if (ticket == 0) return;
     /* Everything the op wrote (device memory through its streams, which it waited for)
      * is complete before the stream can see the counter move. */
-    atomic_thread_fence(memory_order_release);
-    *g->done = ticket;
+    atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)g->done, ticket, memory_order_release);
 }
 
 static chorus_status_t gpu_proxy_setup(chorus_gpu_comm_t *g)
 {
     chorus_status_t status = g->ops->set_device(g->device);
 
-    if (status == CHORUS_SUCCESS) status = g->ops->stream_create(&g->stream_in);
-    if (status == CHORUS_SUCCESS) status = g->ops->stream_create(&g->stream_out);
     if (status != CHORUS_SUCCESS)
         return chorus__gpu_error(status, "rank %d: device %d: starting the device proxy",
                                  g->comm->rank, g->device);
@@ -252,6 +262,7 @@ static void *gpu_proxy_main(void *arg)
 
         gpu_run_op(g, &op);
         gpu_raise(g, op.ticket);
+        free(op.list);
 
         pthread_mutex_lock(&g->lock);
         if (op.start != NULL && g->nevents < g->events_cap) g->events[g->nevents++] = op.start;
@@ -260,6 +271,7 @@ static void *gpu_proxy_main(void *arg)
         if (--g->qlen == 0) pthread_cond_broadcast(&g->idle);
         pthread_mutex_unlock(&g->lock);
     }
+    gpu_quiesce(g);
     if (g->ipc != NULL) chorus__ipc_arena_destroy(g->ipc);
     g->ipc = NULL;
     chorus__gpu_staging_free(g);
@@ -362,6 +374,15 @@ static chorus_status_t gpu_comm_create(chorus_comm_t comm, int device)
     g->events = calloc(g->events_cap, sizeof *g->events);
     if (g->q == NULL || g->events == NULL) goto err_nomem_free;
     CHORUS_CHECK_GOTO(gpu_counter_get(g), err_free);
+    /* The proxy's streams are made here, on the caller's thread with the device current,
+     * so that the first collective can set up CUDA IPC before anything waits (below). */
+    status = g->ops->stream_create(&g->stream_in);
+    if (status == CHORUS_SUCCESS) status = g->ops->stream_create(&g->stream_out);
+    if (status != CHORUS_SUCCESS) {
+        chorus__gpu_error(status, "rank %d: device %d: creating the proxy's streams", comm->rank,
+                          device);
+        goto err_streams;
+    }
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->wake, NULL);
     pthread_cond_init(&g->idle, NULL);
@@ -377,6 +398,9 @@ err_sync:
     pthread_cond_destroy(&g->idle);
     pthread_cond_destroy(&g->wake);
     pthread_mutex_destroy(&g->lock);
+err_streams:
+    if (g->stream_in != NULL) g->ops->stream_destroy(g->stream_in);
+    if (g->stream_out != NULL) g->ops->stream_destroy(g->stream_out);
     gpu_counter_put(g);
 err_free:
     free(g->events);
@@ -428,7 +452,9 @@ void chorus__gpu_comm_destroy(chorus_comm_t comm)
 /* ---- Queueing ---- */
 
 /* Appends op (lock held), growing the ring. */
-static chorus_status_t gpu_push(chorus_gpu_comm_t *g, const chorus_gpu_op_t *op)
+/* Makes room for one more op (lock held). Only the caller's thread pushes, so room made
+ * before an op is ordered on its stream is still there when it is pushed. */
+static chorus_status_t gpu_make_room(chorus_gpu_comm_t *g)
 {
     if (g->qlen == g->qcap) {
         size_t cap = 2 * g->qcap;
@@ -442,6 +468,14 @@ static chorus_status_t gpu_push(chorus_gpu_comm_t *g, const chorus_gpu_op_t *op)
         g->qcap = cap;
         g->qhead = 0;
     }
+    return CHORUS_SUCCESS;
+}
+
+static chorus_status_t gpu_push(chorus_gpu_comm_t *g, const chorus_gpu_op_t *op)
+{
+    chorus_status_t status = gpu_make_room(g);
+
+    if (status != CHORUS_SUCCESS) return status;
     g->q[(g->qhead + g->qlen) % g->qcap] = *op;
     g->qlen++;
     pthread_cond_signal(&g->wake);
@@ -458,8 +492,10 @@ static chorus_status_t gpu_enqueue_on(chorus_gpu_comm_t *g, chorus_gpu_op_t *op,
     void *ev = NULL;
 
     pthread_mutex_lock(&g->lock);
-    if (g->nevents > 0) ev = g->events[--g->nevents];
+    status = gpu_make_room(g);
+    if (status == CHORUS_SUCCESS && g->nevents > 0) ev = g->events[--g->nevents];
     pthread_mutex_unlock(&g->lock);
+    if (status != CHORUS_SUCCESS) return status;
     if (ev == NULL) {
         status = ops->event_create(&ev);
         if (status != CHORUS_SUCCESS)
@@ -481,11 +517,8 @@ static chorus_status_t gpu_enqueue_on(chorus_gpu_comm_t *g, chorus_gpu_op_t *op,
     op->start = ev;
     op->ticket = ++g->tickets;
     pthread_mutex_lock(&g->lock);
-    status = gpu_push(g, op);
+    status = gpu_push(g, op); /* cannot fail: room was made above */
     pthread_mutex_unlock(&g->lock);
-    /* The stream already waits for this ticket: a queue that cannot grow must still see
-     * the counter pass it, so the op is dropped through the comm's failure rule. */
-    if (status != CHORUS_SUCCESS) gpu_raise(g, op->ticket);
     return status;
 
 err_event:
@@ -503,11 +536,7 @@ static chorus_status_t gpu_submit(chorus_comm_t comm, chorus_gpu_op_t *op, int d
     chorus_status_t status;
     int cur = -1;
 
-    if (comm->gpu == NULL) {
-        status = gpu_comm_create(comm, device);
-        if (status != CHORUS_SUCCESS) return chorus__comm_record_error(comm, status);
-    }
-    if (device != comm->gpu->device)
+    if (comm->gpu != NULL && device != comm->gpu->device)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "rank %d: %s: the buffers are on device %d, but this "
                              "communicator's device work runs on device %d",
@@ -516,6 +545,19 @@ static chorus_status_t gpu_submit(chorus_comm_t comm, chorus_gpu_op_t *op, int d
     if (status == CHORUS_SUCCESS && cur != device) status = ops->set_device(device);
     if (status != CHORUS_SUCCESS) {
         chorus__gpu_error(status, "rank %d: %s: selecting device %d", comm->rank, opname, device);
+        return chorus__comm_record_error(comm, status);
+    }
+    if (comm->gpu == NULL) status = gpu_comm_create(comm, device);
+    /* The path is chosen at the first device collective, which is the same call on every
+     * rank (point-to-point calls before it need not be), on this thread and before its
+     * stream is made to wait: setting up CUDA IPC allocates, opens handles and may free
+     * device memory, and a free waits for every stream, including one held by our wait. */
+    if (status == CHORUS_SUCCESS && op->kind == GPU_OP_COLL && !comm->gpu->path_chosen) {
+        chorus__gpu_drain(comm);
+        status = gpu_choose_path(comm->gpu, opname);
+    }
+    if (status != CHORUS_SUCCESS) {
+        if (cur >= 0 && cur != device) ops->set_device(cur);
         return chorus__comm_record_error(comm, status);
     }
     if (op->kind == GPU_OP_NOP) {
@@ -569,15 +611,27 @@ chorus_status_t chorus__gpu_coll_submit(chorus_comm_t comm, const chorus_coll_ca
     return gpu_submit(comm, &op, call->device, call->stream, name);
 }
 
-chorus_status_t chorus__gpu_p2p_submit(chorus_comm_t comm, int is_send, void *buf, size_t bytes,
-                                       int peer, int device, void *stream)
+chorus_status_t chorus__gpu_p2p_submit(chorus_comm_t comm, const chorus_p2p_op_t *ops, size_t n,
+                                       int device, void *stream)
 {
+    const char *opname = n > 1 ? "group_end" : ops[0].is_send ? "send" : "recv";
     chorus_gpu_op_t op;
+    chorus_status_t status;
 
     memset(&op, 0, sizeof op);
-    op.kind = is_send ? GPU_OP_SEND : GPU_OP_RECV;
-    op.buf = buf;
-    op.bytes = bytes;
-    op.peer = peer;
-    return gpu_submit(comm, &op, device, stream, is_send ? "send" : "recv");
+    op.kind = GPU_OP_P2P;
+    op.nops = n;
+    if (n == 1) {
+        op.one = ops[0];
+    } else {
+        op.list = malloc(n * sizeof *op.list);
+        if (op.list == NULL)
+            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory for %zu device "
+                                 "operations", comm->rank, opname, n);
+        memcpy(op.list, ops, n * sizeof *op.list);
+    }
+    status = gpu_submit(comm, &op, device, stream, opname);
+    /* The proxy frees the list of an op it got; this one never reached it. */
+    if (status != CHORUS_SUCCESS) free(op.list);
+    return status;
 }

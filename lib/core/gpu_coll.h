@@ -36,9 +36,21 @@ chorus_status_t chorus__gpu_classify(chorus_comm_t comm, const char *opname, con
  * it in the comm's sequence (also with count 0) in call order. */
 chorus_status_t chorus__gpu_coll_submit(chorus_comm_t comm, const chorus_coll_call_t *call);
 
-/* Queues a validated send or receive of bytes > 0 on device memory, outside a group. */
-chorus_status_t chorus__gpu_p2p_submit(chorus_comm_t comm, int is_send, void *buf, size_t bytes,
-                                       int peer, int device, void *stream);
+/* One send or receive of a group (or alone), as p2p.c records it: bytes > 0 at addr. */
+typedef struct {
+    int is_send;
+    int peer;
+    uintptr_t addr;
+    size_t bytes;
+} chorus_p2p_op_t;
+
+/* Queues n >= 1 validated sends and receives on device memory of one device, ordered on one
+ * stream, as one op of the proxy: a device send or receive outside a group (n == 1), or
+ * the device operations of a group at its chorus_group_end. The ops are copied. Every
+ * send is one message on the wire, whatever its size, like a send on host memory, so
+ * each kind of send meets each kind of receive. */
+chorus_status_t chorus__gpu_p2p_submit(chorus_comm_t comm, const chorus_p2p_op_t *ops, size_t n,
+                                       int device, void *stream);
 
 /* Waits until the proxy has run everything queued (a no-op when none was ever started). */
 void chorus__gpu_drain(chorus_comm_t comm);
@@ -55,14 +67,14 @@ void chorus__gpu_comm_destroy(chorus_comm_t comm);
 
 #define CHORUS_GPU_NSLOTS 3 /* staging buffer sets: D2H of k+1, host op of k, H2D of k-1 */
 
-typedef enum { GPU_OP_NOP = 0, GPU_OP_COLL, GPU_OP_SEND, GPU_OP_RECV } chorus_gpu_op_kind_t;
+typedef enum { GPU_OP_NOP = 0, GPU_OP_COLL, GPU_OP_P2P } chorus_gpu_op_kind_t;
 
 typedef struct {
     chorus_gpu_op_kind_t kind;
     chorus_coll_call_t call; /* GPU_OP_COLL */
-    void *buf;               /* GPU_OP_SEND, GPU_OP_RECV */
-    size_t bytes;
-    int peer;
+    chorus_p2p_op_t one;     /* GPU_OP_P2P: the op when nops == 1 */
+    chorus_p2p_op_t *list;   /* GPU_OP_P2P: the ops when nops > 1 (owned; the proxy frees) */
+    size_t nops;
     void *start;     /* event recorded on the caller's stream at the call; NULL for NOP */
     uint64_t ticket; /* the done counter's value once the op is over; 0 for NOP */
 } chorus_gpu_op_t;
@@ -100,6 +112,12 @@ typedef struct chorus_gpu_comm {
     void *stream_in, *stream_out; /* device->host and host->device copies (ipc: stream_in) */
     chorus_gpu_slot_t slots[CHORUS_GPU_NSLOTS];
     size_t slot_bytes;
+    /* Send/recv: one pinned buffer holding every message of a group, grown and kept. */
+    void *p2p_host;
+    size_t p2p_bytes;
+    void *p2p_ev_in, *p2p_ev_out;
+    chorus_p2p_op_t *p2p_ops; /* the group's ops on p2p_host */
+    size_t p2p_ops_cap;
     struct chorus_ipc_arena *ipc;
 } chorus_gpu_comm_t;
 
@@ -112,8 +130,16 @@ chorus_status_t chorus__gpu_wait_event(chorus_gpu_comm_t *g, void *ev, const cha
  * and the host path, pipelined; returns when the result is in device memory. */
 chorus_status_t chorus__gpu_staging_coll(chorus_gpu_comm_t *g, const chorus_coll_call_t *call,
                                          const char *what);
-chorus_status_t chorus__gpu_staging_p2p(chorus_gpu_comm_t *g, int is_send, void *buf,
-                                        size_t bytes, int peer, const char *what);
+/* gpu_staging.c: sends and receives on device memory (one group, or one op) through one
+ * pinned buffer that holds them all: every send copied to it, the host group run on it,
+ * every receive copied back; returns when the receives are in device memory. */
+chorus_status_t chorus__gpu_staging_p2p(chorus_gpu_comm_t *g, const chorus_p2p_op_t *ops,
+                                        size_t n, const char *what);
 void chorus__gpu_staging_free(chorus_gpu_comm_t *g);
+
+/* p2p.c: runs n sends and receives on host memory together as one group (named what in
+ * messages), as chorus_group_end does. */
+chorus_status_t chorus__p2p_run_host(chorus_comm_t comm, const chorus_p2p_op_t *ops, size_t n,
+                                     const char *what);
 
 #endif

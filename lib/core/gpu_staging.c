@@ -19,16 +19,19 @@
  * Every rank cuts the same way (the same chunk, the same block count), so the host
  * collectives of a segment match across ranks and carry the call's signature: a mismatch
  * between ranks is CHORUS_ERR_MISMATCH here as on host memory.
+ *
+ * Sends and receives on device memory take this file's other path (at the end), on every
+ * comm, CUDA IPC or not: whole messages through one pinned buffer.
  */
 #include "core/gpu_coll.h"
 
 #include "util/status.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
-    const chorus_coll_call_t *call; /* NULL: point to point */
-    int is_send, peer;
+    const chorus_coll_call_t *call;
     const char *send; /* device memory read; NULL when this rank reads none */
     char *recv;       /* device memory written; NULL when this rank writes none */
     size_t esize;
@@ -65,32 +68,7 @@ static void stg_plan_coll(const chorus_gpu_comm_t *g, const chorus_coll_call_t *
     if (p->seglen == 0) p->seglen = 1;
 }
 
-/* Makes every slot hold bytes in each direction. */
-static chorus_status_t stg_reserve(chorus_gpu_comm_t *g, size_t bytes, const char *what)
-{
-    const chorus_gpu_ops_t *ops = g->ops;
-    chorus_status_t status = CHORUS_SUCCESS;
-
-    if (bytes <= g->slot_bytes) return CHORUS_SUCCESS;
-    chorus__gpu_staging_free(g);
-    for (int i = 0; i < CHORUS_GPU_NSLOTS && status == CHORUS_SUCCESS; i++) {
-        chorus_gpu_slot_t *s = &g->slots[i];
-        status = ops->malloc_host(&s->in, bytes);
-        if (status == CHORUS_SUCCESS) status = ops->malloc_host(&s->out, bytes);
-        if (status == CHORUS_SUCCESS) status = ops->event_create(&s->ev_in);
-        if (status == CHORUS_SUCCESS) status = ops->event_create(&s->ev_out);
-    }
-    if (status != CHORUS_SUCCESS) {
-        chorus__gpu_error(status, "rank %d: %s: %d x 2 pinned staging buffers of %zu bytes",
-                          g->comm->rank, what, CHORUS_GPU_NSLOTS, bytes);
-        chorus__gpu_staging_free(g);
-        return status;
-    }
-    g->slot_bytes = bytes;
-    return CHORUS_SUCCESS;
-}
-
-void chorus__gpu_staging_free(chorus_gpu_comm_t *g)
+static void stg_slots_free(chorus_gpu_comm_t *g)
 {
     const chorus_gpu_ops_t *ops = g->ops;
 
@@ -103,6 +81,45 @@ void chorus__gpu_staging_free(chorus_gpu_comm_t *g)
         memset(s, 0, sizeof *s);
     }
     g->slot_bytes = 0;
+}
+
+/* Makes every slot hold bytes in each direction. */
+static chorus_status_t stg_reserve(chorus_gpu_comm_t *g, size_t bytes, const char *what)
+{
+    const chorus_gpu_ops_t *ops = g->ops;
+    chorus_status_t status = CHORUS_SUCCESS;
+
+    if (bytes <= g->slot_bytes) return CHORUS_SUCCESS;
+    stg_slots_free(g);
+    for (int i = 0; i < CHORUS_GPU_NSLOTS && status == CHORUS_SUCCESS; i++) {
+        chorus_gpu_slot_t *s = &g->slots[i];
+        status = ops->malloc_host(&s->in, bytes);
+        if (status == CHORUS_SUCCESS) status = ops->malloc_host(&s->out, bytes);
+        if (status == CHORUS_SUCCESS) status = ops->event_create(&s->ev_in);
+        if (status == CHORUS_SUCCESS) status = ops->event_create(&s->ev_out);
+    }
+    if (status != CHORUS_SUCCESS) {
+        chorus__gpu_error(status, "rank %d: %s: %d x 2 pinned staging buffers of %zu bytes",
+                          g->comm->rank, what, CHORUS_GPU_NSLOTS, bytes);
+        stg_slots_free(g);
+        return status;
+    }
+    g->slot_bytes = bytes;
+    return CHORUS_SUCCESS;
+}
+
+void chorus__gpu_staging_free(chorus_gpu_comm_t *g)
+{
+    const chorus_gpu_ops_t *ops = g->ops;
+
+    stg_slots_free(g);
+    if (g->p2p_host != NULL) ops->free_host(g->p2p_host);
+    if (g->p2p_ev_in != NULL) ops->event_destroy(g->p2p_ev_in);
+    if (g->p2p_ev_out != NULL) ops->event_destroy(g->p2p_ev_out);
+    free(g->p2p_ops);
+    g->p2p_host = g->p2p_ev_in = g->p2p_ev_out = NULL;
+    g->p2p_ops = NULL;
+    g->p2p_bytes = g->p2p_ops_cap = 0;
 }
 
 /* Copies one side of segment [a, a + len) between device memory and a slot: a plain copy
@@ -136,9 +153,6 @@ static chorus_status_t stg_host_op(chorus_gpu_comm_t *g, const stg_plan_t *p, si
 {
     chorus_coll_call_t seg;
 
-    if (p->call == NULL)
-        return chorus__p2p_run_one(g->comm, p->is_send, p->is_send ? s->in : s->out, len,
-                                   p->peer, what);
     seg = *p->call;
     seg.count = len;
     seg.sendbuf = p->nin > 0 ? s->in : NULL;
@@ -199,20 +213,104 @@ chorus_status_t chorus__gpu_staging_coll(chorus_gpu_comm_t *g, const chorus_coll
     return stg_run(g, &p, what);
 }
 
-chorus_status_t chorus__gpu_staging_p2p(chorus_gpu_comm_t *g, int is_send, void *buf,
-                                        size_t bytes, int peer, const char *what)
-{
-    stg_plan_t p;
+/* ---- Send and receive ----
+ *
+ * Framing: a send is one message of its whole size, staged whole, as on host memory, so
+ * a device send meets a host or device receive of the same size, in a group or not. The
+ * copies therefore do not overlap the network within a message (the collectives'
+ * segments do); a group's copies overlap each other, as they run back to back on one
+ * stream. The pinned buffer holds the group's total (each op at a 64-byte boundary) and
+ * is kept for the next group. */
 
-    memset(&p, 0, sizeof p);
-    p.is_send = is_send;
-    p.peer = peer;
-    p.send = is_send ? buf : NULL;
-    p.recv = is_send ? NULL : buf;
-    p.esize = 1;
-    p.count = bytes;
-    p.nin = is_send != 0;
-    p.nout = is_send == 0;
-    p.seglen = g->chunk;
-    return stg_run(g, &p, what);
+#define STG_P2P_ALIGN 64
+
+/* Makes the pinned buffer hold bytes, and the op array n ops. */
+static chorus_status_t stg_p2p_reserve(chorus_gpu_comm_t *g, size_t bytes, size_t n,
+                                       const char *what)
+{
+    const chorus_gpu_ops_t *ops = g->ops;
+    chorus_status_t status = CHORUS_SUCCESS;
+    void *mem = NULL;
+
+    if (g->p2p_ev_in == NULL) status = ops->event_create(&g->p2p_ev_in);
+    if (status == CHORUS_SUCCESS && g->p2p_ev_out == NULL)
+        status = ops->event_create(&g->p2p_ev_out);
+    if (status != CHORUS_SUCCESS)
+        return chorus__gpu_error(status, "rank %d: %s: creating the staging events",
+                                 g->comm->rank, what);
+    if (n > g->p2p_ops_cap) {
+        chorus_p2p_op_t *list = malloc(n * sizeof *list);
+        if (list == NULL)
+            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory for %zu "
+                                 "operations", g->comm->rank, what, n);
+        free(g->p2p_ops);
+        g->p2p_ops = list;
+        g->p2p_ops_cap = n;
+    }
+    if (bytes <= g->p2p_bytes) return CHORUS_SUCCESS;
+    if (g->p2p_host != NULL) ops->free_host(g->p2p_host);
+    g->p2p_host = NULL;
+    g->p2p_bytes = 0;
+    status = ops->malloc_host(&mem, bytes);
+    if (status != CHORUS_SUCCESS)
+        return chorus__gpu_error(status, "rank %d: %s: a pinned staging buffer of %zu bytes",
+                                 g->comm->rank, what, bytes);
+    g->p2p_host = mem;
+    g->p2p_bytes = bytes;
+    return CHORUS_SUCCESS;
+}
+
+/* Queues the copies of one direction (sends to host memory, or receives to the device) on
+ * its stream and waits for them. */
+static chorus_status_t stg_p2p_copy(chorus_gpu_comm_t *g, const chorus_p2p_op_t *dev,
+                                    size_t n, int sends, const char *what)
+{
+    const chorus_gpu_ops_t *ops = g->ops;
+    void *stream = sends ? g->stream_in : g->stream_out;
+    void *ev = sends ? g->p2p_ev_in : g->p2p_ev_out;
+    chorus_status_t status = CHORUS_SUCCESS;
+    size_t i, copies = 0;
+
+    for (i = 0; i < n && status == CHORUS_SUCCESS; i++) {
+        void *host = (void *)g->p2p_ops[i].addr, *buf = (void *)dev[i].addr;
+        if (dev[i].is_send != sends) continue;
+        status = sends ? ops->memcpy_async(host, buf, dev[i].bytes, stream)
+                       : ops->memcpy_async(buf, host, dev[i].bytes, stream);
+        copies++;
+    }
+    if (status == CHORUS_SUCCESS && copies > 0) status = ops->event_record(ev, stream);
+    if (status != CHORUS_SUCCESS)
+        return chorus__gpu_error(status, "rank %d: %s: staging: copying to %s memory",
+                                 g->comm->rank, what, sends ? "host" : "device");
+    if (copies == 0) return CHORUS_SUCCESS;
+    return chorus__gpu_wait_event(g, ev, what, sends ? "the staging copies to host memory"
+                                                     : "the staging copies to the device");
+}
+
+chorus_status_t chorus__gpu_staging_p2p(chorus_gpu_comm_t *g, const chorus_p2p_op_t *ops,
+                                        size_t n, const char *what)
+{
+    size_t total = 0, i;
+    chorus_status_t status;
+
+    for (i = 0; i < n; i++) {
+        size_t room = ops[i].bytes + STG_P2P_ALIGN - 1;
+        if (room < ops[i].bytes || total + room < total)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: the group's "
+                                 "messages exceed the address space", g->comm->rank, what);
+        total += room - room % STG_P2P_ALIGN;
+    }
+    status = stg_p2p_reserve(g, total, n, what);
+    if (status != CHORUS_SUCCESS) return status;
+    total = 0;
+    for (i = 0; i < n; i++) {
+        size_t room = ops[i].bytes + STG_P2P_ALIGN - 1;
+        g->p2p_ops[i] = ops[i];
+        g->p2p_ops[i].addr = (uintptr_t)g->p2p_host + total;
+        total += room - room % STG_P2P_ALIGN;
+    }
+    status = stg_p2p_copy(g, ops, n, 1, what);
+    if (status == CHORUS_SUCCESS) status = chorus__p2p_run_host(g->comm, g->p2p_ops, n, what);
+    if (status == CHORUS_SUCCESS) status = stg_p2p_copy(g, ops, n, 0, what);
+    return status;
 }

@@ -10,6 +10,13 @@
  * group touches: SEND and RECV both start there, and each step's offset is its buffer's
  * distance from it. A send to self and a receive from self are paired in order and become
  * a COPY.
+ *
+ * Device memory: a group is all host or all device buffers (one device, one stream). A
+ * device group is queued at chorus_group_end as one op of the comm's proxy (gpu_coll.c),
+ * which copies every send to one pinned buffer, runs the same host group on it and
+ * copies the receives back; a device send or receive outside a group is such an op of one.
+ * Every send is one message of its size on every path, so any send meets any receive of
+ * the same size, host or device, in a group or not.
  */
 #include "core/comm.h"
 #include "core/gpu_coll.h"
@@ -22,17 +29,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int is_send;
-    int peer;
-    uintptr_t addr;
-    size_t bytes;
-} p2p_op_t;
+typedef chorus_p2p_op_t p2p_op_t;
+
+/* What memory a group's operations are on: all host or all device (one device, one
+ * stream); the first operation with bytes decides. */
+enum { P2P_MEM_NONE = 0, P2P_MEM_HOST, P2P_MEM_DEVICE };
 
 /* This thread's open group. Groups are per thread, like the calls on a communicator. */
 static _Thread_local struct {
     int depth;
     chorus_comm_t comm; /* the one communicator the group's operations belong to */
+    int mem;            /* P2P_MEM_* */
+    int device;         /* P2P_MEM_DEVICE: the buffers' device and the ops' stream */
+    void *stream;
     p2p_op_t *ops;
     size_t nops;
     size_t cap;
@@ -48,6 +57,7 @@ int chorus__p2p_in_group(void)
 static void p2p_group_clear(void)
 {
     p2p_group.comm = NULL;
+    p2p_group.mem = P2P_MEM_NONE;
     p2p_group.nops = 0;
     p2p_group.error = CHORUS_SUCCESS;
     p2p_group.error_msg[0] = '\0';
@@ -72,6 +82,7 @@ void chorus__p2p_forget(chorus_comm_t comm)
                  comm->rank, p2p_group.nops);
     }
     p2p_group.comm = NULL;
+    p2p_group.mem = P2P_MEM_NONE;
     p2p_group.nops = 0;
 }
 
@@ -145,6 +156,67 @@ err_sched:
     return status;
 }
 
+/* Records a failed call of an open group: chorus_group_end reports the first. */
+static chorus_status_t p2p_group_fail(chorus_status_t status)
+{
+    if (p2p_group.depth > 0 && p2p_group.error == CHORUS_SUCCESS) {
+        p2p_group.error = status;
+        snprintf(p2p_group.error_msg, sizeof p2p_group.error_msg, "%s", chorus_last_error());
+    }
+    return status;
+}
+
+/* A group is all host memory or all device memory of one device, on one stream: its
+ * device operations become one op of one stream at chorus_group_end. */
+static chorus_status_t p2p_group_check_mem(chorus_comm_t comm, const char *name, int peer,
+                                           int device, void *stream)
+{
+    int mem = device >= 0 ? P2P_MEM_DEVICE : P2P_MEM_HOST;
+
+    if (p2p_group.mem == P2P_MEM_NONE) {
+        p2p_group.mem = mem;
+        p2p_group.device = device;
+        p2p_group.stream = stream;
+        return CHORUS_SUCCESS;
+    }
+    if (mem != p2p_group.mem)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: %s: peer %d: buf is %s memory but the group's earlier "
+                             "operations are on %s memory: a group must be all host or all "
+                             "device buffers",
+                             comm->rank, name, peer, mem == P2P_MEM_DEVICE ? "device" : "host",
+                             mem == P2P_MEM_DEVICE ? "host" : "device");
+    if (mem == P2P_MEM_DEVICE && device != p2p_group.device)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: %s: peer %d: buf is on device %d but the group's earlier "
+                             "operations on device %d",
+                             comm->rank, name, peer, device, p2p_group.device);
+    if (mem == P2P_MEM_DEVICE && stream != p2p_group.stream)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: %s: peer %d: stream %p differs from stream %p of the "
+                             "group's earlier operations: the device operations of a group "
+                             "must use one stream",
+                             comm->rank, name, peer, stream, p2p_group.stream);
+    return CHORUS_SUCCESS;
+}
+
+/* Appends op to the open group. */
+static chorus_status_t p2p_group_add(chorus_comm_t comm, const char *name, const p2p_op_t *op)
+{
+    if (p2p_group.nops == p2p_group.cap) {
+        size_t cap = p2p_group.cap ? 2 * p2p_group.cap : 16;
+        p2p_op_t *ops = realloc(p2p_group.ops, cap * sizeof *ops);
+        if (ops == NULL)
+            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory", comm->rank,
+                                 name);
+        p2p_group.ops = ops;
+        p2p_group.cap = cap;
+    }
+    p2p_group.ops[p2p_group.nops++] = *op;
+    p2p_group.comm = comm;
+    return CHORUS_SUCCESS;
+}
+
 /* The common path of chorus_send and chorus_recv. */
 static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
                                  chorus_dtype_t dtype, int peer, chorus_comm_t comm, void *stream)
@@ -157,26 +229,19 @@ static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
     chorus__error_clear();
     if (comm != NULL) chorus__log_set_rank(comm->rank);
     status = chorus__validate_p2p(comm, name, buf, count, dtype, peer, stream, &device);
-    if (status == CHORUS_SUCCESS && device >= 0 && p2p_group.depth > 0)
-        status = chorus__error(CHORUS_ERR_UNSUPPORTED,
-                               "rank %d: %s: peer %d: device buffers in groups are not "
-                               "supported yet",
-                               comm->rank, name, peer);
     if (status == CHORUS_SUCCESS && p2p_group.depth > 0 && p2p_group.comm != NULL &&
         p2p_group.comm != comm)
         status = chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                                "rank %d: %s: a group may hold operations of one communicator",
                                comm->rank, name);
+    /* Zero-byte operations communicate nothing, so they do not decide the group's memory. */
+    if (status == CHORUS_SUCCESS && p2p_group.depth > 0 && count > 0)
+        status = p2p_group_check_mem(comm, name, peer, device, stream);
+    /* Device work is only queued: the comm's queue need not be drained for it. */
     if (status == CHORUS_SUCCESS)
-        status = device >= 0 ? chorus__comm_check_failed_async(comm, name)
-                             : chorus__comm_check_failed(comm, name);
-    if (status != CHORUS_SUCCESS) {
-        if (p2p_group.depth > 0 && p2p_group.error == CHORUS_SUCCESS) {
-            p2p_group.error = status;
-            snprintf(p2p_group.error_msg, sizeof p2p_group.error_msg, "%s", chorus_last_error());
-        }
-        return status;
-    }
+        status = device >= 0 || p2p_group.depth > 0 ? chorus__comm_check_failed_async(comm, name)
+                                                     : chorus__comm_check_failed(comm, name);
+    if (status != CHORUS_SUCCESS) return p2p_group_fail(status);
     op.is_send = is_send;
     op.peer = peer;
     op.addr = (uintptr_t)buf;
@@ -184,38 +249,21 @@ static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
     /* Zero-byte operations are skipped on both sides, like any count-0 call. */
     if (op.bytes == 0) return CHORUS_SUCCESS;
 
-    if (p2p_group.depth == 0) {
-        if (peer == comm->rank)
-            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                                 "rank %d: %s: a %s self outside a group can never complete; "
-                                 "put it in a group with its matching %s",
-                                 comm->rank, name, is_send ? "send to" : "recv from",
-                                 is_send ? "recv" : "send");
-        if (device >= 0)
-            return chorus__gpu_p2p_submit(comm, is_send, (void *)buf, op.bytes, peer, device,
-                                          stream);
-        return p2p_run(comm, &op, 1, name, NULL);
-    }
-    if (p2p_group.nops == p2p_group.cap) {
-        size_t cap = p2p_group.cap ? 2 * p2p_group.cap : 16;
-        p2p_op_t *ops = realloc(p2p_group.ops, cap * sizeof *ops);
-        if (ops == NULL)
-            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory", comm->rank,
-                                 name);
-        p2p_group.ops = ops;
-        p2p_group.cap = cap;
-    }
-    p2p_group.ops[p2p_group.nops++] = op;
-    p2p_group.comm = comm;
-    return CHORUS_SUCCESS;
+    if (p2p_group.depth > 0) return p2p_group_fail(p2p_group_add(comm, name, &op));
+    if (peer == comm->rank)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: %s: a %s self outside a group can never complete; "
+                             "put it in a group with its matching %s",
+                             comm->rank, name, is_send ? "send to" : "recv from",
+                             is_send ? "recv" : "send");
+    if (device >= 0) return chorus__gpu_p2p_submit(comm, &op, 1, device, stream);
+    return p2p_run(comm, &op, 1, name, NULL);
 }
 
-chorus_status_t chorus__p2p_run_one(chorus_comm_t comm, int is_send, void *buf, size_t bytes,
-                                    int peer, const char *what)
+chorus_status_t chorus__p2p_run_host(chorus_comm_t comm, const chorus_p2p_op_t *ops, size_t n,
+                                     const char *what)
 {
-    p2p_op_t op = {is_send, peer, (uintptr_t)buf, bytes};
-
-    return p2p_run(comm, &op, 1, is_send ? "send" : "recv", what);
+    return p2p_run(comm, ops, n, "group", what);
 }
 
 chorus_status_t chorus_send(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
@@ -260,9 +308,17 @@ chorus_status_t chorus_group_end(void)
         return CHORUS_SUCCESS;
     }
     chorus__log_set_rank(comm->rank);
-    status = chorus__comm_check_failed(comm, "group_end");
-    if (status == CHORUS_SUCCESS)
-        status = p2p_run(comm, p2p_group.ops, p2p_group.nops, "group", NULL);
+    if (p2p_group.mem == P2P_MEM_DEVICE) {
+        /* Queued on the group's stream as one op of the proxy, which stages it. */
+        status = chorus__comm_check_failed_async(comm, "group_end");
+        if (status == CHORUS_SUCCESS)
+            status = chorus__gpu_p2p_submit(comm, p2p_group.ops, p2p_group.nops,
+                                            p2p_group.device, p2p_group.stream);
+    } else {
+        status = chorus__comm_check_failed(comm, "group_end");
+        if (status == CHORUS_SUCCESS)
+            status = p2p_run(comm, p2p_group.ops, p2p_group.nops, "group", NULL);
+    }
     p2p_group_clear();
     return status;
 }

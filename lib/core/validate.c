@@ -182,5 +182,8 @@ chorus_status_t chorus__validate_p2p(chorus_comm_t comm, const char *opname, con
                              opname);
     *device_p = -1;
     if (comm->gpu_ops == NULL) return check_host_stream(comm, opname, stream);
+    /* An empty message with no buffer (alltoallv with zero counts) is neither host nor
+     * device memory: it takes any stream, and still matches its peer's. */
+    if (buf == NULL) return CHORUS_SUCCESS;
     return chorus__gpu_classify(comm, opname, buf, 1, NULL, 0, stream, device_p);
 }

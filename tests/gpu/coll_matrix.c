@@ -12,11 +12,14 @@
  * for earlier work on its stream reads the previous case's data (CHORUS_FAKE_GPU_DELAY_US
  * makes the fake plugin's copies slow, which makes that certain). Calls on other memory (the
  * matrix's hash and result exchanges, the barrier's directory name) stay host calls, so the
- * cross-rank comparison does not depend on the path under test. Send and receive inside a
- * group stay on host memory too (device buffers in groups are not supported yet).
+ * cross-rank comparison does not depend on the path under test. Send and receive, in
+ * groups or not, run on device mirrors of the matrix's buffers (gt_p2p).
  *
  * Before the matrix: mixed host/device buffers are rejected, and a chain of 40 collectives
- * and copies queued without synchronizing in between must come out in order. With --mismatch
+ * and copies queued without synchronizing in between must come out in order; groups that
+ * mix host and device buffers or two streams are rejected; a ring of device groups of
+ * several sizes (above the staging chunk too) delivers every message; a device send or a
+ * host send outside a group meets a device recv inside one. With --mismatch
  * the program only checks that ranks calling different device collectives get
  * CHORUS_ERR_MISMATCH (as the comm's async error and from the next call).
  *
@@ -206,22 +209,58 @@ static chorus_status_t gt_alltoall(const void *s, void *r, size_t count, chorus_
     return gt_coll(GT_A2A, s, r, count, dt, CHORUS_SUM, 0, comm);
 }
 
-/* Blocking send and recv outside a group on device memory: stream-ordered, so the copy
- * back after the stream's synchronisation sees the data. */
+/* Send and recv on device memory. Each test buffer a send or recv touches gets a device
+ * mirror, filled on the stream from the host buffer (data, or the matrix's poison) at its
+ * first use in the round; a round is one call outside a group, or a whole group. At the
+ * round's end (after the call, or after chorus_group_end) every mirror is copied back on
+ * the stream and the stream synchronized, so the matrix checks what the device got. */
+static void *g_mirror[GT_MAX_LIVE];
+static size_t g_mirror_bytes[GT_MAX_LIVE];
+static int g_mapped[GT_MAX_LIVE];
+
+static void *gt_mirror(const void *q)
+{
+    for (int i = 0; i < GT_MAX_LIVE; i++) {
+        const unsigned char *p = gt_live[i].p;
+        if (p == NULL || (const unsigned char *)q < p || (const unsigned char *)q >= p +
+            gt_live[i].bytes)
+            continue;
+        if (!g_mapped[i]) {
+            if (gt_live[i].bytes > g_mirror_bytes[i]) {
+                if (g_mirror[i] != NULL) gt_die(G->free_device(g_mirror[i]), "free_device");
+                gt_die(G->malloc_device(&g_mirror[i], gt_live[i].bytes), "malloc_device");
+                g_mirror_bytes[i] = gt_live[i].bytes;
+            }
+            gt_die(G->memcpy_async(g_mirror[i], p, gt_live[i].bytes, g_stream), "fill mirror");
+            g_mapped[i] = 1;
+        }
+        return (char *)g_mirror[i] + ((const unsigned char *)q - p);
+    }
+    return NULL;
+}
+
+static void gt_round_end(void)
+{
+    for (int i = 0; i < GT_MAX_LIVE; i++) {
+        if (!g_mapped[i]) continue;
+        gt_die(G->memcpy_async(gt_live[i].p, g_mirror[i], gt_live[i].bytes, g_stream),
+               "read mirror");
+        g_mapped[i] = 0;
+    }
+    gt_die(G->stream_synchronize(g_stream), "stream_synchronize");
+}
+
 static chorus_status_t gt_p2p(int is_send, const void *buf, size_t count, chorus_dtype_t dt,
                               int peer, chorus_comm_t comm)
 {
     size_t bytes = count * mp_dtype_size(dt);
-    if (g_group_depth > 0 || !gt_is_test_buf(buf) || bytes == 0)
+    if (!gt_is_test_buf(buf) || bytes == 0)
         return is_send ? chorus_send(buf, count, dt, peer, comm, NULL)
                        : chorus_recv((void *)buf, count, dt, peer, comm, NULL);
-    void *d = gt_dev(0, bytes);
-    gt_die(G->memcpy_async(d, buf, bytes, g_stream), "fill p2p buffer");
+    void *d = gt_mirror(buf);
     chorus_status_t st = is_send ? chorus_send(d, count, dt, peer, comm, g_stream)
                                  : chorus_recv(d, count, dt, peer, comm, g_stream);
-    if (st == CHORUS_SUCCESS && !is_send)
-        gt_die(G->memcpy_async((void *)buf, d, bytes, g_stream), "read p2p buffer");
-    gt_die(G->stream_synchronize(g_stream), "stream_synchronize");
+    if (g_group_depth == 0) gt_round_end();
     return st;
 }
 
@@ -247,8 +286,9 @@ static chorus_status_t gt_group_start(void)
 
 static chorus_status_t gt_group_end(void)
 {
-    g_group_depth--;
-    return chorus_group_end();
+    chorus_status_t st = chorus_group_end();
+    if (--g_group_depth == 0) gt_round_end();
+    return st;
 }
 
 /* ---- Checks before the matrix ---- */
@@ -317,17 +357,174 @@ static void gt_chain(chorus_comm_t comm, int rank, int n)
     free(want);
 }
 
+/* ---- Send and receive on device memory, in groups and not ---- */
+
+/* Byte i of the message number `msg` from rank `from`. */
+static unsigned char gt_byte(int from, int msg, size_t i)
+{
+    return (unsigned char)mp_rand(mp_rank_key(1000u + (unsigned)msg, from), i / 8) >> (i % 8);
+}
+
+static void gt_fill_dev(void *dev, int from, int msg, size_t bytes)
+{
+    unsigned char *h = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) h[i] = gt_byte(from, msg, i);
+    gt_die(G->memcpy_async(dev, h, bytes, g_stream), "p2p fill");
+    gt_die(G->stream_synchronize(g_stream), "p2p fill synchronize");
+    free(h);
+}
+
+/* Compares device memory (after synchronizing g_stream) with message msg of rank from. */
+static void gt_check_dev(const void *dev, int from, int msg, size_t bytes, int rank,
+                         const char *what)
+{
+    unsigned char *h = malloc(bytes);
+    gt_die(G->memcpy_async(h, dev, bytes, g_stream), "p2p read");
+    gt_die(G->stream_synchronize(g_stream), "p2p read synchronize");
+    for (size_t i = 0; i < bytes; i++) {
+        if (h[i] != gt_byte(from, msg, i)) {
+            printf("FAIL rank=%d: %s (%zu bytes from rank %d): byte %zu is %u, expected %u\n",
+                   rank, what, bytes, from, i, h[i], gt_byte(from, msg, i));
+            gt_failures++;
+            break;
+        }
+    }
+    free(h);
+}
+
+/* A group mixing host and device buffers, or device buffers on two streams, is rejected
+ * by the call that breaks the rule and by chorus_group_end, and runs nothing. */
+static void gt_group_rules(chorus_comm_t comm, int rank, int n)
+{
+    uint32_t host[8] = {0};
+    void *dev = gt_dev(0, sizeof host), *stream2 = NULL;
+    int peer = (rank + 1) % n;
+    chorus_status_t st;
+    gt_die(G->stream_create(&stream2), "stream_create");
+    chorus_group_start();
+    st = chorus_send(dev, 8, CHORUS_UINT32, peer, comm, g_stream);
+    gt_expect(st == CHORUS_SUCCESS, rank, "device send in a group is recorded");
+    st = chorus_recv(host, 8, CHORUS_UINT32, peer, comm, NULL);
+    gt_expect(st == CHORUS_ERR_INVALID_ARGUMENT &&
+                  strstr(chorus_last_error(), "all host or all device") != NULL,
+              rank, "host recv after a device send in one group: INVALID_ARGUMENT");
+    st = chorus_group_end();
+    gt_expect(st == CHORUS_ERR_INVALID_ARGUMENT &&
+                  strstr(chorus_last_error(), "all host or all device") != NULL,
+              rank, "group_end of a host/device group: INVALID_ARGUMENT with the reason");
+
+    chorus_group_start();
+    st = chorus_recv(dev, 4, CHORUS_UINT32, peer, comm, g_stream);
+    if (st == CHORUS_SUCCESS)
+        st = chorus_send((char *)dev + 16, 4, CHORUS_UINT32, peer, comm, stream2);
+    gt_expect(st == CHORUS_ERR_INVALID_ARGUMENT && strstr(chorus_last_error(), "one stream"),
+              rank, "device ops of one group on two streams: INVALID_ARGUMENT naming both");
+    st = chorus_group_end();
+    gt_expect(st == CHORUS_ERR_INVALID_ARGUMENT && strstr(chorus_last_error(), "one stream"),
+              rank, "group_end of a group on two streams: INVALID_ARGUMENT");
+    gt_die(G->stream_destroy(stream2), "stream_destroy");
+}
+
+/* Every rank sends two messages of each size to the next rank, one to the previous and one
+ * to itself, and receives the matching ones, in one device group; sizes include one above the
+ * staging chunk of make test (16K) and one above the default (4 MiB). Then the same group
+ * with the receives first, so the order of posting does not matter. */
+static void gt_group_ring(chorus_comm_t comm, int rank, int n)
+{
+    static const size_t sizes[] = {1, 12345, 70001, (4u << 20) + 5};
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t b = sizes[k];
+        char *d = gt_dev(0, 8 * b);
+        char *s0 = d, *s1 = d + b, *s2 = d + 2 * b, *r0 = d + 3 * b, *r1 = d + 4 * b,
+             *r2 = d + 5 * b, *s3 = d + 6 * b, *r3 = d + 7 * b;
+        for (int recv_first = 0; recv_first < 2; recv_first++) {
+            int m = (int)k * 8 + recv_first * 4;
+            gt_fill_dev(s0, rank, m, b);
+            gt_fill_dev(s1, rank, m + 1, b);
+            gt_fill_dev(s2, rank, m + 2, b);
+            gt_fill_dev(s3, rank, m + 3, b);
+            chorus_status_t st = chorus_group_start();
+            for (int pass = 0; pass < 2 && st == CHORUS_SUCCESS; pass++) {
+                if (pass == recv_first) {
+                    st = chorus_send(s0, b, CHORUS_UINT8, next, comm, g_stream);
+                    if (!st) st = chorus_send(s1, b, CHORUS_UINT8, next, comm, g_stream);
+                    if (!st) st = chorus_send(s2, b, CHORUS_UINT8, prev, comm, g_stream);
+                    if (!st) st = chorus_send(s3, b, CHORUS_UINT8, rank, comm, g_stream);
+                } else {
+                    st = chorus_recv(r0, b, CHORUS_UINT8, prev, comm, g_stream);
+                    if (!st) st = chorus_recv(r1, b, CHORUS_UINT8, prev, comm, g_stream);
+                    if (!st) st = chorus_recv(r2, b, CHORUS_UINT8, next, comm, g_stream);
+                    if (!st) st = chorus_recv(r3, b, CHORUS_UINT8, rank, comm, g_stream);
+                }
+            }
+            chorus_status_t end = chorus_group_end();
+            mp_die_on_error(st != CHORUS_SUCCESS ? st : end, comm, rank, "device group ring");
+            gt_check_dev(r0, prev, m, b, rank, "group ring: first message from prev");
+            gt_check_dev(r1, prev, m + 1, b, rank, "group ring: second message from prev");
+            gt_check_dev(r2, next, m + 2, b, rank, "group ring: message from next");
+            gt_check_dev(r3, rank, m + 3, b, rank, "group ring: message to self");
+            gt_check_dev(s0, rank, m, b, rank, "group ring: send buffer intact");
+        }
+    }
+}
+
+/* Pairs (0,1), (2,3), ...: a device send outside a group meets a device recv inside a
+ * group, each way, and a host send outside a group meets a device recv in a group; sizes
+ * below and above the staging chunk. */
+static void gt_group_interop(chorus_comm_t comm, int rank, int n)
+{
+    static const size_t sizes[] = {100, 70001};
+    int partner = rank ^ 1, even = rank % 2 == 0;
+    chorus_status_t st;
+    if (partner >= n) return;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t b = sizes[k];
+        char *d = gt_dev(0, b);
+        for (int way = 0; way < 3; way++) {
+            /* way 0: even sends on device outside a group; 1: odd does; 2: even sends
+             * from host memory. The other side receives on device in a group. */
+            int m = 100 + (int)k * 4 + way, sender = way == 1 ? !even : even;
+            int from = sender ? rank : partner;
+            if (sender && way == 2) {
+                unsigned char *h = malloc(b);
+                for (size_t i = 0; i < b; i++) h[i] = gt_byte(rank, m, i);
+                st = chorus_send(h, b, CHORUS_UINT8, partner, comm, NULL);
+                free(h);
+            } else if (sender) {
+                gt_fill_dev(d, rank, m, b);
+                st = chorus_send(d, b, CHORUS_UINT8, partner, comm, g_stream);
+            } else {
+                chorus_group_start();
+                st = chorus_recv(d, b, CHORUS_UINT8, partner, comm, g_stream);
+                chorus_status_t end = chorus_group_end();
+                if (st == CHORUS_SUCCESS) st = end;
+            }
+            mp_die_on_error(st, comm, rank, "device p2p in and out of a group");
+            if (!sender || way != 2)
+                gt_check_dev(d, from, m, b, rank, sender ? "interop: send buffer intact"
+                                                         : "interop: received");
+        }
+    }
+}
+
 static chorus_comm_t gt_init_env(const char *prog, int *rank_p, int *nranks_p)
 {
     chorus_comm_t comm = mp_init_env(prog, rank_p, nranks_p);
     gt_mixed(comm, *rank_p);
     gt_chain(comm, *rank_p, *nranks_p);
+    if (*nranks_p > 1) {
+        gt_group_rules(comm, *rank_p, *nranks_p);
+        gt_group_ring(comm, *rank_p, *nranks_p);
+        gt_group_interop(comm, *rank_p, *nranks_p);
+    }
     if (gt_failures > 0) {
         chorus_comm_abort(comm);
         chorus_comm_destroy(comm);
         exit(1);
     }
-    if (*rank_p == 0) printf("gpu_coll_matrix: mixed buffers and the queued chain passed\n");
+    if (*rank_p == 0)
+        printf("gpu_coll_matrix: mixed buffers, the queued chain and device groups passed\n");
     return comm;
 }
 

@@ -1,10 +1,12 @@
 #!/bin/sh
 # chorus-bench on device buffers, with the fake GPU plugin (tests/gpu/fake), so that -G runs
 # for real on a machine without a GPU:
-#   1. `-G` allreduce (8 B to 1 MiB), reduce_scatter and allgather on 2 ranks with -c 1: exit
-#      0, every row checked (no N/A) with 0 wrong out of place and in place, and the JSON
-#      file says device gpu and backend chorus (and validates against the schema when
-#      python3's jsonschema is there);
+#   1. `-G` allreduce (8 B to 1 MiB), reduce_scatter, allgather, alltoall and sendrecv (a
+#      device group of a send and a receive per rank; 8 B to 8 MiB, above the default
+#      staging chunk) on 2 ranks with -c 1: exit 0, every row checked (no N/A) with 0 wrong
+#      out of place and in place (sendrecv has no in-place column: `-`), and the JSON file
+#      says device gpu and backend chorus (and validates against the schema when python3's
+#      jsonschema is there);
 #   2. `--backend nccl` says `skipped: <reason>` and exits 77 where NCCL or a real GPU is
 #      missing (on the fake plugin always: NCCL cannot drive host memory), or, on a machine
 #      that has both, runs and checks;
@@ -33,17 +35,27 @@ fail() {
 }
 
 # Rows of the main tables whose checks did not run or did not pass: column 9 is the
-# out-of-place #wrong, column 13 the in-place one; both must be 0 here.
+# out-of-place #wrong, column 13 the in-place one; both must be 0 here, but for sendrecv
+# (second argument "-"), which has no in-place run.
 bad_rows() {
-    awk '!/^#/ && NF >= 14 && ($9 != "0" || $13 != "0")' "$1" | head -n 3
+    awk -v ip="${2:-0}" '!/^#/ && NF >= 14 && ($9 != "0" || $13 != ip)' "$1" | head -n 3
 }
 
 # 1. -G on the fake plugin.
-for coll in allreduce reduce_scatter allgather; do
+for coll in allreduce reduce_scatter allgather alltoall sendrecv; do
     out="$TMP/$coll.out"
     json="$TMP/$coll.json"
+    end=1M
+    want=9
+    inplace=0
+    if [ "$coll" = sendrecv ]; then
+        # 8 B to 8 MiB by 4: 11 sizes, the last two above the 4 MiB staging chunk.
+        end=8M
+        want=11
+        inplace=-
+    fi
     if ! CHORUS_CUDA_PLUGIN="$FAKE" "$RUN" -n 2 -q --timeout 60 -- "$BENCH" "$coll" -G \
-        -b 8 -e 1M -f 4 -c 1 -n 2 -w 1 --json "$json" >"$out" 2>&1; then
+        -b 8 -e "$end" -f 4 -c 1 -n 2 -w 1 --json "$json" >"$out" 2>&1; then
         fail "$coll -G exited non-zero"
         tail -n 20 "$out"
         continue
@@ -51,9 +63,9 @@ for coll in allreduce reduce_scatter allgather; do
     grep -q '^# Out of bounds values : 0 OK$' "$out" || fail "$coll -G: wrong values reported"
     grep -q 'backend chorus device gpu' "$out" || fail "$coll -G: the header does not say gpu"
     rows=$(awk '!/^#/ && NF >= 14' "$out" | wc -l)
-    # 8 B to 1 MiB by 4: 8, 32, ..., 512 KiB: 9 sizes.
-    [ "$rows" -eq 9 ] || fail "$coll -G: $rows rows, want 9"
-    bad=$(bad_rows "$out")
+    # 8 B to 1 MiB by 4: 8, 32, ..., 512 KiB: 9 sizes (sendrecv: 11, set above).
+    [ "$rows" -eq "$want" ] || fail "$coll -G: $rows rows, want $want"
+    bad=$(bad_rows "$out" "$inplace")
     [ -z "$bad" ] || fail "$coll -G: rows not checked or wrong: $bad"
     grep -q '"device": "gpu"' "$json" || fail "$coll -G: the JSON does not say device gpu"
     grep -q '"backend": "chorus"' "$json" || fail "$coll -G: the JSON does not say backend chorus"
@@ -105,7 +117,7 @@ rc=$?
 # The JSON of -G against the schema, where python3 has jsonschema.
 if [ "$FAILED" -eq 0 ] && python3 -c 'import jsonschema' 2>/dev/null; then
     python3 - "$SCHEMA" "$TMP"/allreduce.json "$TMP"/reduce_scatter.json "$TMP"/allgather.json \
-        <<'EOF' || FAILED=1
+        "$TMP"/alltoall.json "$TMP"/sendrecv.json <<'EOF' || FAILED=1
 import json, sys
 import jsonschema
 
