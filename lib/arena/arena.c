@@ -66,15 +66,19 @@ static void arena_sig_set(chorus_arena_t *a, int par, size_t count, chorus_dtype
     s->valid = 1;
 }
 
-/* "allreduce #3 of 16 x float32 sum" (the peer's fields are only printed, never trusted). */
+/* "allreduce #3 of 16 x float32 sum" (the peer's fields are only printed, never trusted).
+ * A device collective's signature (arena_barrier.c) has the top bit of its collective byte
+ * set, and is printed as "device <collective>". */
 static void arena_sig_text(const arena_sig_t *s, char *buf, size_t len)
 {
-    const char *coll = chorus__coll_name((chorus_coll_t)s->coll);
+    int device = (s->coll & 0x80) != 0;
+    const char *coll = chorus__coll_name((chorus_coll_t)(s->coll & 0x7f));
     const char *dt = chorus_dtype_name((chorus_dtype_t)s->dtype);
     const char *op = chorus_op_name((chorus_op_t)s->op);
 
-    snprintf(buf, len, "%s #%u of %llu x %s %s", coll != NULL ? coll : "?", (unsigned)s->opno,
-             (unsigned long long)s->count, dt != NULL ? dt : "?", op != NULL ? op : "?");
+    snprintf(buf, len, "%s%s #%u of %llu x %s %s", device ? "device " : "",
+             coll != NULL ? coll : "?", (unsigned)s->opno, (unsigned long long)s->count,
+             dt != NULL ? dt : "?", op != NULL ? op : "?");
 }
 
 /* Called once every rank published the operation's first step. */

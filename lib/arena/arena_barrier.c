@@ -12,7 +12,7 @@
  *
  * Device signatures carry ARENA_SIG_DEVICE in the collective byte, so a rank in a host
  * collective and a rank in a device collective of the same shape never pass each other's
- * check: the host side reports an unknown collective, this side names both. The operation
+ * check: both sides name both calls ("device allreduce" against "allreduce"). The operation
  * number in a device signature is the caller's (the comm's sequence number), since the
  * host arena's own counter means nothing to the caller.
  */

@@ -469,8 +469,12 @@ static void ipc_sizes(chorus_ipc_arena_t *a, size_t slot_bytes)
 
     a->half = half > least ? half : least;
     /* The allreduce result area holds the largest slice: at most ar_in / 2 + IPC_ALIGN
-     * bytes for 2 or more ranks, so ar_in takes two thirds of what is left of that unit. */
-    a->ar_in = (a->half - IPC_ALIGN) * 2 / 3 / IPC_ALIGN * IPC_ALIGN;
+     * bytes for 2 or more ranks, so ar_in takes two thirds of what is left of that unit.
+     * One rank's slice is the whole chunk: then input and result take half each. */
+    if (a->n == 1)
+        a->ar_in = a->half / 2 / IPC_ALIGN * IPC_ALIGN;
+    else
+        a->ar_in = (a->half - IPC_ALIGN) * 2 / 3 / IPC_ALIGN * IPC_ALIGN;
 }
 
 /* This rank's part: slot, handle, event, arrays. */
@@ -544,6 +548,8 @@ static chorus_status_t ipc_agree(chorus_ipc_arena_t *a, struct chorus_bootstrap 
     return CHORUS_SUCCESS;
 }
 
+static void ipc_release(chorus_ipc_arena_t *arena, struct chorus_bootstrap *bs);
+
 chorus_status_t chorus__ipc_arena_create(const chorus_ipc_arena_params_t *params,
                                          chorus_ipc_arena_t **arena_p)
 {
@@ -579,7 +585,8 @@ chorus_status_t chorus__ipc_arena_create(const chorus_ipc_arena_params_t *params
                            "open the peers' slots");
     free(blocks);
     if (status != CHORUS_SUCCESS) {
-        chorus__ipc_arena_destroy(a);
+        /* Every rank got the same verdict and is here: meet on the bootstrap. */
+        ipc_release(a, params->bs);
         return status;
     }
     CHORUS_INFO("gpu", "rank %d: ipc arena: %d ranks, slots of 2 x %zu bytes on device %d",
@@ -588,15 +595,57 @@ chorus_status_t chorus__ipc_arena_create(const chorus_ipc_arena_params_t *params
     return CHORUS_SUCCESS;
 }
 
-void chorus__ipc_arena_destroy(chorus_ipc_arena_t *arena)
+/* Seconds destroy waits for the other local ranks to close this rank's slot. */
+#define IPC_RELEASE_WAIT_S 10.0
+
+/* Ends the arena. Freeing an exported allocation before every importer has closed it is
+ * undefined (cudaIpcOpenMemHandle), so every rank closes the peers' slots, then the ranks
+ * meet (sync: the bootstrap during a failed create, the host arena at destroy), and only
+ * then does each free its own. A rank that cannot meet the others (a peer died, the comm
+ * failed or was aborted, a peer never destroys) leaves its slot allocated, with a warning:
+ * a leak until the process ends instead of memory freed under a peer. */
+static void ipc_release(chorus_ipc_arena_t *arena, struct chorus_bootstrap *bs)
 {
-    if (arena == NULL) return;
+    chorus_status_t met;
+
+    /* An operation that failed half-way (abort, timeout, a peer's failure) returns with its
+     * copies and kernels still queued on the stream, reading and writing the slots: they
+     * must end before the slots are closed and freed. They wait on nothing outside the
+     * device, so this returns; their errors are the failed operation's. */
+    if (arena->stream != NULL && arena->event != NULL)
+        (void)arena->gpu->stream_synchronize(arena->stream);
     for (int r = 0; arena->peer != NULL && r < arena->n; r++) {
         if (r != arena->me && arena->peer[r] != NULL) arena->gpu->ipc_close(arena->peer[r]);
     }
     if (arena->event != NULL) arena->gpu->event_destroy(arena->event);
-    if (arena->slot != NULL) arena->gpu->free_device(arena->slot);
+    if (arena->slot != NULL) {
+        if (bs != NULL) {
+            met = chorus__bootstrap_barrier(bs);
+        } else {
+            double t;
+            const atomic_int *abort_flag;
+            chorus_wait_policy_t wait;
+            chorus__arena_wait_settings(arena->host, &t, &abort_flag, &wait);
+            chorus__arena_set_timeout(arena->host, t > 0 && t < IPC_RELEASE_WAIT_S
+                                                       ? t : IPC_RELEASE_WAIT_S);
+            met = chorus__arena_step(arena->host, CHORUS_COLL_BARRIER, 0, CHORUS_UINT8,
+                                     CHORUS_SUM, UINT64_MAX, "ipc arena: release");
+        }
+        if (met == CHORUS_SUCCESS) {
+            arena->gpu->free_device(arena->slot);
+        } else {
+            CHORUS_WARN("gpu", "rank %d: ipc arena: the other ranks of this host did not all "
+                        "close this rank's slot (%s); its %zu bytes of device memory stay "
+                        "allocated until the process ends", arena->rank, chorus_last_error(),
+                        2 * arena->half);
+        }
+    }
     free(arena->peer);
     free(arena->srcs);
     free(arena);
+}
+
+void chorus__ipc_arena_destroy(chorus_ipc_arena_t *arena)
+{
+    if (arena != NULL) ipc_release(arena, NULL);
 }
