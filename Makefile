@@ -188,7 +188,7 @@ NVCC        := $(CUDA_HOME)/bin/nvcc
 HAVE_NVCC   := $(if $(wildcard $(NVCC)),1,)
 CUDA_ARCHS  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90
-NVCCFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCHS) -Werror all-warnings \
+NVCCFLAGS   ?= -O3 -std=c++17 --threads 0 $(CUDA_ARCHS) -Werror all-warnings \
                -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fvisibility=hidden
 CUDA_PLUGIN := $(BUILD)/lib/libchorus-cuda.so
 FAKE_PLUGIN := $(BUILD)/lib/libchorus-cuda-fake.so

@@ -295,6 +295,35 @@ extern "C" int chorus__cu_divide(void *buf, size_t count, int dtype, uint64_t di
 #undef X_CASE
 }
 
+/* Loads every kernel of this file on the current device now. With lazy loading (the
+ * default since CUDA 12.2) a kernel's first launch loads it, and loading may synchronise
+ * the context (CUDA Programming Guide, "Lazy Loading"): if that first launch comes from the
+ * proxy thread while a caller's stream is held by stream_wait_flag until the proxy is done,
+ * the load waits for the stream and the stream for the proxy. cudaFuncGetAttributes makes
+ * the runtime fetch the function, which loads it (NCCL preloads its kernels the same way
+ * when a communicator starts). */
+extern "C" int chorus__cu_preload(void)
+{
+    cudaFuncAttributes attr;
+    cudaError_t e = cudaSuccess;
+
+#define X_LOAD(en, name, Ty)                                                                       \
+    if (e == cudaSuccess)                                                                          \
+        e = cudaFuncGetAttributes(&attr, (const void *)reduce_kernel<op_##name##_sum>);            \
+    if (e == cudaSuccess)                                                                          \
+        e = cudaFuncGetAttributes(&attr, (const void *)reduce_kernel<op_##name##_prod>);           \
+    if (e == cudaSuccess)                                                                          \
+        e = cudaFuncGetAttributes(&attr, (const void *)reduce_kernel<op_##name##_min>);            \
+    if (e == cudaSuccess)                                                                          \
+        e = cudaFuncGetAttributes(&attr, (const void *)reduce_kernel<op_##name##_max>);            \
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, (const void *)divide_kernel<div_##name>);
+    CU_TYPES(X_LOAD)
+#undef X_LOAD
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, (const void *)spin_kernel);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return (int)e;
+}
+
 extern "C" int chorus__cu_spin_wait(volatile uint64_t *flag, uint64_t value, void *stream)
 {
     (void)cudaGetLastError();

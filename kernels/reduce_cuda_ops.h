@@ -216,6 +216,10 @@ int chorus__cu_divide(void *buf, size_t count, int dtype, uint64_t divisor, void
  * cuStreamWaitValue64(CU_STREAM_WAIT_VALUE_GEQ); flag is a device address of mapped pinned
  * host memory. For devices without 64-bit stream memory operations. */
 int chorus__cu_spin_wait(volatile uint64_t *flag, uint64_t value, void *stream);
+/* Loads every kernel above on the current device (they load lazily otherwise); returns the
+ * cudaError_t. stream_wait_flag calls it once per device before the first wait it enqueues,
+ * as a first launch while a stream waits for the proxy could deadlock. */
+int chorus__cu_preload(void);
 
 #ifdef __cplusplus
 }

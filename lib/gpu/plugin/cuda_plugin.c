@@ -25,6 +25,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == CHORUS_GPU_IPC_HANDLE_BYTES,
@@ -102,6 +103,8 @@ static void drv_load(void)
 
 /* Per device: 0 not asked yet, 1 cuStreamWaitValue64, 2 the spin kernel. */
 static _Atomic int wait_mode[CU_MAX_DEVICES];
+/* Per device: whether chorus__cu_preload has run on it. */
+static _Atomic int kernels_loaded[CU_MAX_DEVICES];
 
 static int cu_wait_mode(int dev)
 {
@@ -257,22 +260,100 @@ static chorus_status_t cu_free_device(void *p)
     return CHORUS_SUCCESS;
 }
 
+/* ---- Pinned host memory ----
+ *
+ * cudaFreeHost waits for the whole device to go idle (as cudaFree does: NVIDIA/nccl#48 is
+ * a hang of exactly this kind). A proxy thread that grows its staging buffers frees the old
+ * ones while the caller's stream is held by stream_wait_flag until that same proxy raises
+ * the counter: the free would wait for the stream, the stream for the proxy, for ever.
+ * So free_host never calls cudaFreeHost: a freed block goes back to a process-wide cache,
+ * and malloc_host takes the smallest cached block that fits (at most twice the size asked,
+ * so that a small request does not pin a large block). The cache holds at most what was
+ * in use at the busiest moment, plus blocks outgrown; the process's exit frees it. A
+ * block must have no copy pending when it is freed, as with cudaFreeHost. */
+
+typedef struct {
+    void *p;
+    size_t bytes;
+    int in_use;
+} cu_host_block_t;
+
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static cu_host_block_t *host_blocks;
+static size_t host_nblocks, host_cap;
+
+/* A cached block for bytes, marked in use, or NULL (lock held). */
+static void *cu_host_take(size_t bytes)
+{
+    cu_host_block_t *best = NULL;
+
+    for (size_t i = 0; i < host_nblocks; i++) {
+        cu_host_block_t *b = &host_blocks[i];
+        if (b->in_use || b->bytes < bytes || b->bytes / 2 > bytes) continue;
+        if (best == NULL || b->bytes < best->bytes) best = b;
+    }
+    if (best == NULL) return NULL;
+    best->in_use = 1;
+    return best->p;
+}
+
+/* Records a new block in use (lock held); 0 when the table cannot grow, and then the block
+ * is simply not cached: free_host releases it with cudaFreeHost. */
+static int cu_host_record(void *p, size_t bytes)
+{
+    if (host_nblocks == host_cap) {
+        size_t cap = host_cap == 0 ? 64 : 2 * host_cap;
+        cu_host_block_t *t = realloc(host_blocks, cap * sizeof *t);
+        if (t == NULL) return 0;
+        host_blocks = t;
+        host_cap = cap;
+    }
+    host_blocks[host_nblocks].p = p;
+    host_blocks[host_nblocks].bytes = bytes;
+    host_blocks[host_nblocks].in_use = 1;
+    host_nblocks++;
+    return 1;
+}
+
 /* Portable: pinned for every device, since the proxy thread may use another one. Mapped:
  * a stream_wait_flag flag must have a device address. */
 static chorus_status_t cu_malloc_host(void **p, size_t bytes)
 {
-    void *m = NULL;
+    void *m;
 
     if (p == NULL) return cu_invalid("malloc_host: NULL output pointer");
-    CU_CHECK("cudaHostAlloc",
-             cudaHostAlloc(&m, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+    if (bytes == 0) bytes = 1;
+    pthread_mutex_lock(&host_lock);
+    m = cu_host_take(bytes);
+    pthread_mutex_unlock(&host_lock);
+    if (m == NULL) {
+        CU_CHECK("cudaHostAlloc",
+                 cudaHostAlloc(&m, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+        pthread_mutex_lock(&host_lock);
+        (void)cu_host_record(m, bytes);
+        pthread_mutex_unlock(&host_lock);
+    }
     *p = m;
     return CHORUS_SUCCESS;
 }
 
 static chorus_status_t cu_free_host(void *p)
 {
-    CU_CHECK("cudaFreeHost", cudaFreeHost(p));
+    int cached = 0;
+
+    if (p == NULL) return CHORUS_SUCCESS;
+    pthread_mutex_lock(&host_lock);
+    for (size_t i = 0; i < host_nblocks && !cached; i++) {
+        if (host_blocks[i].p != p) continue;
+        if (!host_blocks[i].in_use) {
+            pthread_mutex_unlock(&host_lock);
+            return cu_invalid("free_host: %p was already freed", p);
+        }
+        host_blocks[i].in_use = 0;
+        cached = 1;
+    }
+    pthread_mutex_unlock(&host_lock);
+    if (!cached) CU_CHECK("cudaFreeHost", cudaFreeHost(p));
     return CHORUS_SUCCESS;
 }
 
@@ -364,7 +445,12 @@ static chorus_status_t cu_stream_wait_event(void *stream, void *event)
 
 /* The wait runs on the device's front end where the device supports 64-bit stream memory
  * operations (every recent GPU and driver), else as a one-thread kernel that polls the
- * flag through its mapped device address. */
+ * flag through its mapped device address. CU_STREAM_WAIT_VALUE_GEQ is the cyclic test
+ * (int64_t)(*flag - value) >= 0 (cuda.h), the spin kernel's too. The flag is host memory
+ * from cudaHostAlloc(cudaHostAllocMapped), so the address the device polls is the one
+ * cudaHostGetDevicePointer gives (the same as the host's under unified addressing). A
+ * driver that refuses the operation at run time (CUDA_ERROR_NOT_SUPPORTED) turns the
+ * device over to the spin kernel rather than failing the collective. */
 static chorus_status_t cu_stream_wait_flag(void *stream, volatile uint64_t *flag, uint64_t value)
 {
     void *dflag = NULL;
@@ -373,18 +459,26 @@ static chorus_status_t cu_stream_wait_flag(void *stream, volatile uint64_t *flag
 
     if (flag == NULL) return cu_invalid("stream_wait_flag: NULL flag");
     CU_CHECK("cudaGetDevice", cudaGetDevice(&dev));
+    /* Before the first wait on this device: the kernels the proxy launches while streams
+     * wait for it must not need loading then (chorus__cu_preload says why). */
+    if (dev < 0 || dev >= CU_MAX_DEVICES || !atomic_load(&kernels_loaded[dev])) {
+        CU_CHECK("loading the reduction kernels (cudaFuncGetAttributes)",
+                 (cudaError_t)chorus__cu_preload());
+        if (dev >= 0 && dev < CU_MAX_DEVICES) atomic_store(&kernels_loaded[dev], 1);
+    }
     CU_CHECK("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&dflag, (void *)flag, 0));
     if (cu_wait_mode(dev) == 1) {
         r = drv_wait_value64((CUstream)stream, (CUdeviceptr)(uintptr_t)dflag, value,
                              CU_STREAM_WAIT_VALUE_GEQ);
-        if (r != CUDA_SUCCESS) {
+        if (r == CUDA_SUCCESS) return CHORUS_SUCCESS;
+        if (r != CUDA_ERROR_NOT_SUPPORTED) {
             const char *name = NULL;
             if (drv_error_name == NULL || drv_error_name(r, &name) != CUDA_SUCCESS) name = NULL;
             snprintf(cu_err, sizeof cu_err, "cuStreamWaitValue64: %s (CUresult %d)",
                      name != NULL ? name : "unknown error", (int)r);
             return CHORUS_ERR_SYSTEM;
         }
-        return CHORUS_SUCCESS;
+        if (dev >= 0 && dev < CU_MAX_DEVICES) atomic_store(&wait_mode[dev], 2);
     }
     CU_CHECK("stream_wait_flag kernel launch",
              (cudaError_t)chorus__cu_spin_wait((volatile uint64_t *)dflag, value, stream));
@@ -405,6 +499,10 @@ static chorus_status_t cu_memcpy_async(void *dst, const void *src, size_t bytes,
     return CHORUS_SUCCESS;
 }
 
+/* cudaMemcpy2DAsync refuses a pitch above the device's cudaDevAttrMaxPitch (2^31 - 1 bytes
+ * on current GPUs): such copies, and any the call rejects as invalid, go row by row. */
+#define CU_MAX_PITCH ((size_t)0x7fffffff)
+
 static chorus_status_t cu_memcpy2d_async(void *dst, size_t dpitch, const void *src, size_t spitch,
                                          size_t width, size_t height, void *stream)
 {
@@ -414,8 +512,20 @@ static chorus_status_t cu_memcpy2d_async(void *dst, size_t dpitch, const void *s
                           "%zu x %zu bytes",
                           dst, dpitch, (const void *)src, spitch, width, height);
     }
-    CU_CHECK("cudaMemcpy2DAsync", cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
-                                                    cudaMemcpyDefault, (cudaStream_t)stream));
+    if (height == 1) return cu_memcpy_async(dst, src, width, stream);
+    if (dpitch <= CU_MAX_PITCH && spitch <= CU_MAX_PITCH) {
+        cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                          cudaMemcpyDefault, (cudaStream_t)stream);
+        if (e == cudaSuccess) return CHORUS_SUCCESS;
+        if (e != cudaErrorInvalidPitchValue && e != cudaErrorInvalidValue)
+            return cu_fail("cudaMemcpy2DAsync", e);
+        (void)cudaGetLastError();
+    }
+    for (size_t r = 0; r < height; r++) {
+        CU_CHECK("cudaMemcpyAsync (row of a 2D copy)",
+                 cudaMemcpyAsync((char *)dst + r * dpitch, (const char *)src + r * spitch, width,
+                                 cudaMemcpyDefault, (cudaStream_t)stream));
+    }
     return CHORUS_SUCCESS;
 }
 
