@@ -22,7 +22,14 @@
 #define FAKE_IPC_MAGIC 0x55504746656b6146ull /* "FakeFGPU" */
 #define FAKE_NAME_BYTES 40
 
-typedef enum { ALLOC_OWN, ALLOC_IPC, ALLOC_PINNED } alloc_kind_t;
+/* ALLOC_FREED_PINNED: pinned memory after cudaFreeHost, its pages released but its
+ * addresses still reserved (PROT_NONE) and listed, so that a copy queued before the free
+ * and run after it fails with a message on its stream instead of writing into memory that
+ * malloc may have handed out again, or faulting on a worker. The newest
+ * FAKE_PINNED_QUARANTINE of them are kept; older ones are unmapped for good. */
+typedef enum { ALLOC_OWN, ALLOC_IPC, ALLOC_PINNED, ALLOC_FREED_PINNED } alloc_kind_t;
+
+#define FAKE_PINNED_QUARANTINE 64
 
 typedef struct {
     char *addr;      /* what the caller sees: device address, or the pinned pointer */
@@ -32,6 +39,7 @@ typedef struct {
     alloc_kind_t kind;
     int device;
     int opens; /* ALLOC_IPC: ipc_open count in this process */
+    unsigned long freed_seq; /* ALLOC_FREED_PINNED: order of the frees */
     pid_t owner;
     char name[FAKE_NAME_BYTES];
 } alloc_t;
@@ -51,7 +59,8 @@ static alloc_t *allocs; /* sorted by addr */
 static size_t nallocs, cap_allocs;
 static char *arena;
 static size_t arena_bytes, arena_next;
-static unsigned long name_seq;
+static unsigned long name_seq, freed_seq;
+static size_t nfreed_pinned;
 static size_t page_bytes;
 
 static size_t round_page(size_t n)
@@ -229,7 +238,7 @@ chorus_status_t fake_mem_free_device(void *p)
     if (!p) return CHORUS_SUCCESS; /* cudaFree(NULL) */
     pthread_rwlock_wrlock(&mem_lock);
     a = find(p);
-    if (!a || a->kind == ALLOC_PINNED) {
+    if (!a || a->kind == ALLOC_PINNED || a->kind == ALLOC_FREED_PINNED) {
         status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
                             "fake cudaFree: %p is not device memory from cudaMalloc%s", p,
                             in_arena(p) ? " (freed already?)" : "");
@@ -282,6 +291,22 @@ out:
     return status;
 }
 
+/* Unmaps the oldest freed pinned range when more than FAKE_PINNED_QUARANTINE are kept;
+ * with mem_lock held for writing. */
+static void quarantine_trim(void)
+{
+    alloc_t *oldest = NULL;
+    if (nfreed_pinned <= FAKE_PINNED_QUARANTINE) return;
+    for (size_t i = 0; i < nallocs; i++)
+        if (allocs[i].kind == ALLOC_FREED_PINNED &&
+            (!oldest || allocs[i].freed_seq < oldest->freed_seq))
+            oldest = &allocs[i];
+    if (!oldest) return;
+    munmap(oldest->addr, oldest->map_bytes);
+    erase(oldest);
+    nfreed_pinned--;
+}
+
 chorus_status_t fake_mem_free_host(void *p)
 {
     alloc_t *a;
@@ -289,13 +314,25 @@ chorus_status_t fake_mem_free_host(void *p)
     if (!p) return CHORUS_SUCCESS;
     pthread_rwlock_wrlock(&mem_lock);
     a = find(p);
-    if (!a || a->kind != ALLOC_PINNED || a->addr != (char *)p) {
+    if (a && a->kind == ALLOC_FREED_PINNED) {
+        status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                            "fake cudaFreeHost: %p was freed already", p);
+    } else if (!a || a->kind != ALLOC_PINNED || a->addr != (char *)p) {
         status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
                             "fake cudaFreeHost: %p is not the base of memory from cudaMallocHost",
                             p);
-    } else {
+    } else if (mmap(a->addr, a->map_bytes, PROT_NONE,
+                    MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) ==
+               MAP_FAILED) {
+        /* No quarantine possible: release the range (a late copy then faults). */
         munmap(a->addr, a->map_bytes);
         erase(a);
+    } else {
+        a->kind = ALLOC_FREED_PINNED;
+        a->backing = NULL;
+        a->freed_seq = ++freed_seq;
+        nfreed_pinned++;
+        quarantine_trim();
     }
     pthread_rwlock_unlock(&mem_lock);
     return status;
@@ -308,6 +345,10 @@ static chorus_status_t check_locked(const void *p, size_t bytes, const char *wha
     const char *c = p;
     alloc_t *a = find(p);
     *a_p = a;
+    if (a && a->kind == ALLOC_FREED_PINNED)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                          "%s: %p is pinned memory freed with cudaFreeHost (a task queued "
+                          "before the free and run after it, or a stale pointer)", what, p);
     if (!a) {
         if (in_arena(p))
             return fake_error(CHORUS_ERR_INVALID_ARGUMENT,
@@ -369,7 +410,7 @@ chorus_status_t fake_mem_pointer_kind(const void *p, int *is_device_p, int *devi
                             "fake cudaPointerGetAttributes: %p is in the fake device range but "
                             "in no live allocation (freed, or past the end of one)", p);
     } else {
-        int dev = a && a->kind != ALLOC_PINNED;
+        int dev = a && a->kind != ALLOC_PINNED && a->kind != ALLOC_FREED_PINNED;
         *is_device_p = dev;
         if (device_p) *device_p = dev ? a->device : -1;
     }

@@ -202,8 +202,11 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* A stream with its detached worker. Workers block every signal, so signals meant for the
- * application's threads never land on them. */
+/* A stream with its detached worker. Workers block every asynchronous signal, so signals
+ * meant for the application's threads never land on them. The synchronous faults stay
+ * open: a blocked SIGSEGV raised by a worker's own access kills the process without a word
+ * (the kernel resets it to the default action), while an open one reaches the sanitizer's
+ * or the debugger's handler, which names the task that faulted. */
 static chorus_status_t stream_new(fake_stream_t **s_p)
 {
     pthread_attr_t attr;
@@ -219,6 +222,10 @@ static chorus_status_t stream_new(fake_stream_t **s_p)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     sigfillset(&all);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     err = pthread_create(&tid, &attr, worker, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
