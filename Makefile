@@ -18,6 +18,22 @@ CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 LDFLAGS  += -fsanitize=address,undefined
 endif
 
+# Optional libraries (issue 7), found with pkg-config and reported on every build. Each
+# adds CHORUS_HAVE_<NAME>=1 and its libraries; the code that needs one compiles to a stub
+# that says what is missing (CHORUS_ERR_UNSUPPORTED) when it is absent.
+define chorus_optional
+HAVE_$(1) := $$(shell pkg-config --exists $(2) 2>/dev/null && echo 1)
+ifeq ($$(HAVE_$(1)),1)
+CPPFLAGS += -DCHORUS_HAVE_$(1)=1
+LDLIBS   += $$(shell pkg-config --libs $(2))
+else
+$$(info $(2): not found (apt-get install $(3)): $(4))
+endif
+endef
+$(eval $(call chorus_optional,UCX,ucx,libucx-dev,CHORUS_TRANSPORT=ucx is unavailable))
+$(eval $(call chorus_optional,IBV,libibverbs,libibverbs-dev,the ib transport is a stub))
+$(eval $(call chorus_optional,HWLOC,hwloc,libhwloc-dev,no hwloc topology discovery))
+
 LIB_SRCS  := $(sort $(wildcard kernels/*.c lib/*/*.c lib/transport/*/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 TOOL_NAMES:= chorusrun

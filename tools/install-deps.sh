@@ -5,9 +5,10 @@
 set -u
 REQUIRED="build-essential pkg-config libssl-dev libcmocka-dev libjansson-dev"
 OPTIONAL="openmpi-bin valgrind libopenmpi-dev libgloo-dev g++ python3-jsonschema gnuplot-nox
-          clang libclang-rt-14-dev"
+          clang libclang-rt-14-dev libucx-dev libibverbs-dev libhwloc-dev"
 # libopenmpi-dev, libgloo-dev, g++: bench/compare.sh; python3-jsonschema: tests/mp/bench_json.sh;
-# gnuplot-nox: chorus-bench --plot; clang, libclang-rt-14-dev: make fuzz (libFuzzer).
+# gnuplot-nox: chorus-bench --plot; clang, libclang-rt-14-dev: make fuzz (libFuzzer);
+# libucx-dev, libibverbs-dev, libhwloc-dev: the ucx and ib transports, topology discovery.
 # libjansson-dev (required): chorus-bench --json.
 
 missing() {
