@@ -7,7 +7,8 @@
 #
 #   unit     every $BUILD/tests/test_* cmocka binary
 #   mp       the collective matrix (mp_coll_matrix) through chorusrun on 1, 2, 3, 4 and 8
-#            ranks, over CHORUS_TRANSPORT=shm, tcp and auto, once per algorithm
+#            ranks, over CHORUS_TRANSPORT=shm, tcp and auto, once per algorithm; and over
+#            ucx (UCX_TLS=tcp and sm,self) on 2, 3 and 4 ranks when UCX is built in
 #   gpu      the matrix on device buffers (gpu_coll_matrix) on the fake GPU plugin, staging
 #            and CUDA IPC paths, 2 and 4 ranks; then on the real plugin (skips without a GPU)
 #   scripts  every tests/mp/*.sh (mpirun, torchrun-style launch, strangers)
@@ -171,6 +172,22 @@ run_mp() {
         for algo in auto tree rd; do matrix "$n" shm "$algo" -- --large 0; done
     done
     matrix 6 tcp auto -- --large 0
+    # CHORUS_TRANSPORT=ucx (issue 7) over UCX's tcp and over its shared memory alone: the
+    # whole matrix on 2 and 4 ranks, each algorithm on 3, a mismatch. The transport contract
+    # suite over ucx is unit/test_transport_ucx; the emulated cluster is
+    # tests/cluster/test_cluster_ucx.sh.
+    if pkg-config --exists ucx 2>/dev/null; then
+        for tls in tcp sm,self; do
+            for n in 2 4; do matrix "$n" ucx auto UCX_TLS="$tls"; done
+            for algo in ring tree rd; do matrix 3 ucx "$algo" UCX_TLS="$tls" -- --quick; done
+        done
+        run_test "mp/mismatch n=2 transport=ucx count" env CHORUS_TRANSPORT=ucx UCX_TLS=tcp \
+            CHORUS_ALGO=ring CHORUS_TIMEOUT=3 "$CHORUSRUN" -n 2 --timeout 60 -- \
+            "$BUILD/tests/mp_mismatch" --case count
+    else
+        report SKIP "mp/coll_matrix transport=ucx" "0.0" \
+            "skipped: built without UCX (apt-get install libucx-dev)"
+    fi
     # Eight ranks oversubscribe the cores: every case, but only two large ones.
     for tp in shm tcp; do
         for algo in auto ring tree rd; do

@@ -130,5 +130,7 @@ typedef struct chorus_tp_ops {
 /* The transports built into this library. */
 extern const chorus_tp_ops_t chorus__tp_tcp_ops;
 extern const chorus_tp_ops_t chorus__tp_shm_ops;
+extern const chorus_tp_ops_t chorus__tp_ucx_ops; /* a stub without CHORUS_HAVE_UCX */
+extern const chorus_tp_ops_t chorus__tp_ib_ops;  /* lib/transport/ib (engineer I) */
 
 #endif
