@@ -68,6 +68,12 @@ static const chorus_config_entry_t config_table[] = {
      "pipeline chunk of device collectives staged through pinned host memory"},
     {"CHORUS_GPU_IPC_CHUNK", CHORUS_CFG_SIZE, "8M",
      "bytes of each rank's device staging slot for CUDA IPC collectives"},
+    {"CHORUS_TOPO_FILE", CHORUS_CFG_STRING, NULL,
+     "JSON topology (docs/topology.schema.json) used instead of hwloc discovery"},
+    {"CHORUS_IB_HCA", CHORUS_CFG_STRING, NULL,
+     "ib device[:port] list: mlx5_0:1,mlx5_1 (prefixes), =exact, ^exclude (default: first active)"},
+    {"CHORUS_IB_GID_INDEX", CHORUS_CFG_INT, NULL,
+     "RoCE GID index to use (default: routable IPv4-mapped RoCE v2 GID, else IPv6 global)"},
 };
 
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
