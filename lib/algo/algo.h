@@ -42,6 +42,10 @@ typedef struct {
      * is the host index (0 .. nhosts-1, numbered by first appearance) of rank r. */
     const int *host_of;
     int nhosts;
+    /* The ring's order (ring algorithms): ring_order[i] is the rank at position i, a
+     * permutation of 0 .. nranks-1, the same on every rank (lib/topo makes one that keeps
+     * hosts contiguous). NULL: rank order, r -> r + 1. */
+    const int *ring_order;
 } chorus_coll_args_t;
 
 /* Nonzero if algo implements coll. */

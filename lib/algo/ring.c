@@ -2,11 +2,14 @@
  * Ring algorithms: reduce-scatter, allgather, allreduce (the two in sequence), and the
  * pipelined chain for broadcast and reduce.
  *
- * Ranks form the ring r -> r + 1. The vector is cut into nranks slices (the first
- * count % nranks one element longer), and each slice into chunks of at most chunk
- * elements. Loops run ring steps outside and chunks inside, so that while chunk c of a
- * step is being reduced, chunk c + 1 is on the wire, and chunk c of the next step can
- * leave as soon as its reduction is done. Both ends of every message compute the same
+ * Ranks form the ring r -> r + 1, or the order args->ring_order gives (lib/topo makes one
+ * that keeps the ranks of a host adjacent). The algorithms below work on positions in the
+ * ring; only the blocks that belong to a rank (reduce_scatter's result, allgather's
+ * input) and the root are mapped between ranks and positions. The vector is cut into
+ * nranks slices (the first count % nranks one element longer), and each slice into chunks
+ * of at most chunk elements. Loops run ring steps outside and chunks inside, so that while
+ * chunk c of a step is being reduced, chunk c + 1 is on the wire, and chunk c of the next
+ * step can leave as soon as its reduction is done. Both ends of every message compute the same
  * lengths and skip empty chunks alike, which keeps the per-peer message order matched.
  *
  * Every element of an allreduce result is reduced by exactly one rank and copied by the
@@ -20,6 +23,8 @@
 
 #include "util/status.h"
 
+#include <stdlib.h>
+
 #define RING_DEFAULT_CHUNK (128u * 1024u)
 #define RING_SLOTS 4 /* receive slots in flight for allreduce and reduce */
 
@@ -28,9 +33,61 @@ typedef struct {
     uint64_t len;
 } ring_span_t;
 
+/* This rank's place in the ring. */
+typedef struct {
+    int n;
+    int pos;          /* position of this rank */
+    int root_pos;     /* position of the root (broadcast, reduce) */
+    int next, prev;   /* the ranks after and before it */
+    const int *order; /* position -> rank; NULL: identity */
+} ring_t;
+
 static int ring_mod(int x, int n)
 {
     return ((x % n) + n) % n;
+}
+
+static int ring_rank_at(const ring_t *g, int pos)
+{
+    pos = ring_mod(pos, g->n);
+    return g->order != NULL ? g->order[pos] : pos;
+}
+
+/* Finds this rank's and the root's positions, after checking that the order is a
+ * permutation: a bad order would make ranks disagree on who talks to whom, a hang. */
+static chorus_status_t ring_setup(const chorus_coll_args_t *a, ring_t *g)
+{
+    int n = a->nranks, i;
+    unsigned char *seen;
+
+    g->n = n;
+    g->order = a->ring_order;
+    g->pos = a->rank;
+    g->root_pos = a->root;
+    if (a->ring_order != NULL) {
+        seen = calloc((size_t)n, 1);
+        if (seen == NULL)
+            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: ring: no memory for the order",
+                                 a->rank);
+        for (i = 0; i < n; i++) {
+            int r = a->ring_order[i];
+
+            if (r < 0 || r >= n || seen[r]) {
+                free(seen);
+                return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                                     "rank %d: ring: ring_order[%d] = %d is not a permutation "
+                                     "of 0..%d",
+                                     a->rank, i, r, n - 1);
+            }
+            seen[r] = 1;
+            if (r == a->rank) g->pos = i;
+            if (r == a->root) g->root_pos = i;
+        }
+        free(seen);
+    }
+    g->next = ring_rank_at(g, g->pos + 1);
+    g->prev = ring_rank_at(g, g->pos - 1);
+    return CHORUS_SUCCESS;
 }
 
 /* Slice i of count elements cut into n nearly equal parts. */
@@ -69,9 +126,11 @@ static uint64_t ring_nchunks(uint64_t len, uint64_t chunk)
     return (len + chunk - 1) / chunk;
 }
 
-static void ring_allreduce(const chorus_coll_args_t *a, chorus_sched_t *s)
+/* Slices are numbered by position: which rank owns which slice does not matter to an
+ * allreduce, as long as all ranks agree. */
+static void ring_allreduce(const chorus_coll_args_t *a, const ring_t *g, chorus_sched_t *s)
 {
-    int n = a->nranks, r = a->rank, next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n), k;
+    int n = a->nranks, r = g->pos, next = g->next, prev = g->prev, k;
     uint64_t maxlen = ring_slice(a->count, n, 0).len;
     uint64_t chunk = ring_chunk_len(a, maxlen), nch = ring_nchunks(maxlen, chunk), c, m = 0;
     uint64_t slots, nslots = nch * (uint64_t)(n - 1) < RING_SLOTS ? nch * (n - 1) : RING_SLOTS;
@@ -95,7 +154,7 @@ static void ring_allreduce(const chorus_coll_args_t *a, chorus_sched_t *s)
             chorus__sched_reduce(s, RECV_AT(rc.off), SEND_AT(rc.off), SCRATCH_AT(slot), rc.len);
         }
     }
-    /* Rank r now holds slice r reduced; circulate the reduced slices. */
+    /* Position r now holds slice r reduced; circulate the reduced slices. */
     for (k = 0; k < n - 1; k++) {
         ring_span_t sb = ring_slice(a->count, n, ring_mod(r - k, n));
         ring_span_t rb = ring_slice(a->count, n, ring_mod(r - k - 1, n));
@@ -112,16 +171,16 @@ static void ring_allreduce(const chorus_coll_args_t *a, chorus_sched_t *s)
 /* Partial sums of other ranks' blocks live in scratch (RECV holds only recvcount). A
  * partial received at step k is forwarded at step k + 1, one step of chunks later, so
  * nch + 1 slots used round robin are never refilled before their partial has left. */
-static void ring_reduce_scatter(const chorus_coll_args_t *a, chorus_sched_t *s)
+static void ring_reduce_scatter(const chorus_coll_args_t *a, const ring_t *g, chorus_sched_t *s)
 {
-    int n = a->nranks, r = a->rank, next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n), k;
+    int n = a->nranks, r = g->pos, next = g->next, prev = g->prev, k;
     uint64_t cnt = a->count, chunk = ring_chunk_len(a, cnt), nch = ring_nchunks(cnt, chunk), c;
     uint64_t nslots = nch + 1, slots = chorus__sched_scratch(s, nslots * chunk);
     ring_span_t all = {0, cnt};
 
     for (k = 0; k < n - 1; k++) {
-        uint64_t sblk = (uint64_t)ring_mod(r - k - 1, n) * cnt;
-        uint64_t rblk = (uint64_t)ring_mod(r - k - 2, n) * cnt;
+        uint64_t sblk = (uint64_t)ring_rank_at(g, r - k - 1) * cnt;
+        uint64_t rblk = (uint64_t)ring_rank_at(g, r - k - 2) * cnt;
 
         for (c = 0; c < nch; c++) {
             ring_span_t ch = ring_chunk(all, chunk, c);
@@ -141,18 +200,18 @@ static void ring_reduce_scatter(const chorus_coll_args_t *a, chorus_sched_t *s)
     }
 }
 
-static void ring_allgather(const chorus_coll_args_t *a, chorus_sched_t *s)
+static void ring_allgather(const chorus_coll_args_t *a, const ring_t *g, chorus_sched_t *s)
 {
-    int n = a->nranks, r = a->rank, next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n), k;
+    int n = a->nranks, r = g->pos, next = g->next, prev = g->prev, k;
     uint64_t cnt = a->count, chunk = ring_chunk_len(a, cnt), nch = ring_nchunks(cnt, chunk), c;
     ring_span_t all = {0, cnt};
 
     /* In place this copy is onto itself; the first step sends from SEND so that it need
      * not wait for the copy. */
-    chorus__sched_copy(s, RECV_AT((uint64_t)r * cnt), SEND_AT(0), cnt);
+    chorus__sched_copy(s, RECV_AT((uint64_t)a->rank * cnt), SEND_AT(0), cnt);
     for (k = 0; k < n - 1; k++) {
-        uint64_t sblk = (uint64_t)ring_mod(r - k, n) * cnt;
-        uint64_t rblk = (uint64_t)ring_mod(r - k - 1, n) * cnt;
+        uint64_t sblk = (uint64_t)ring_rank_at(g, r - k) * cnt;
+        uint64_t rblk = (uint64_t)ring_rank_at(g, r - k - 1) * cnt;
 
         for (c = 0; c < nch; c++) {
             ring_span_t ch = ring_chunk(all, chunk, c);
@@ -164,10 +223,9 @@ static void ring_allgather(const chorus_coll_args_t *a, chorus_sched_t *s)
 }
 
 /* A chain from the root: each rank forwards chunk c as soon as it has arrived. */
-static void ring_broadcast(const chorus_coll_args_t *a, chorus_sched_t *s)
+static void ring_broadcast(const chorus_coll_args_t *a, const ring_t *g, chorus_sched_t *s)
 {
-    int n = a->nranks, r = a->rank, v = ring_mod(r - a->root, n);
-    int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+    int n = a->nranks, v = ring_mod(g->pos - g->root_pos, n), next = g->next, prev = g->prev;
     uint64_t chunk = ring_chunk_len(a, a->count), nch = ring_nchunks(a->count, chunk), c;
     ring_span_t all = {0, a->count};
 
@@ -185,10 +243,9 @@ static void ring_broadcast(const chorus_coll_args_t *a, chorus_sched_t *s)
 }
 
 /* A chain that starts after the root and ends at it. Only the root touches RECV. */
-static void ring_reduce(const chorus_coll_args_t *a, chorus_sched_t *s)
+static void ring_reduce(const chorus_coll_args_t *a, const ring_t *g, chorus_sched_t *s)
 {
-    int n = a->nranks, r = a->rank, p = ring_mod(r - a->root - 1, n);
-    int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+    int n = a->nranks, p = ring_mod(g->pos - g->root_pos - 1, n), next = g->next, prev = g->prev;
     uint64_t chunk = ring_chunk_len(a, a->count), nch = ring_nchunks(a->count, chunk), c;
     uint64_t nslots = nch < RING_SLOTS ? nch : RING_SLOTS, slots;
     ring_span_t all = {0, a->count};
@@ -218,28 +275,33 @@ static void ring_reduce(const chorus_coll_args_t *a, chorus_sched_t *s)
 
 chorus_status_t chorus__algo_ring(const chorus_coll_args_t *a, chorus_sched_t *s)
 {
+    chorus_status_t status;
+    ring_t g = {0, 0, 0, 0, 0, NULL};
+
     if (a->count == 0 && a->coll != CHORUS_COLL_BARRIER) return chorus__sched_finalize(s);
+    status = ring_setup(a, &g);
+    if (status != CHORUS_SUCCESS) return status;
     switch (a->coll) {
     case CHORUS_COLL_ALLREDUCE:
         if (a->nranks == 1)
             chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
         else
-            ring_allreduce(a, s);
+            ring_allreduce(a, &g, s);
         break;
     case CHORUS_COLL_REDUCE_SCATTER:
         if (a->nranks == 1)
             chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);
         else
-            ring_reduce_scatter(a, s);
+            ring_reduce_scatter(a, &g, s);
         break;
     case CHORUS_COLL_ALLGATHER:
-        ring_allgather(a, s);
+        ring_allgather(a, &g, s);
         break;
     case CHORUS_COLL_BROADCAST:
-        ring_broadcast(a, s);
+        ring_broadcast(a, &g, s);
         break;
     case CHORUS_COLL_REDUCE:
-        ring_reduce(a, s);
+        ring_reduce(a, &g, s);
         break;
     default:
         return chorus__error(CHORUS_ERR_UNSUPPORTED, "rank %d: ring does not implement %s",

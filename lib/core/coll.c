@@ -205,6 +205,8 @@ chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *c
     args.root = call->root;
     args.host_of = comm->host_of;
     args.nhosts = comm->nhosts;
+    /* Same-host ranks adjacent in the ring (the ring crosses each host boundary once). */
+    args.ring_order = comm->nhosts > 1 ? comm->ring_order : NULL;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
     if (algo == CHORUS_ALGO_ARENA) return coll_run_arena(comm, call, op, what);
     args.chunk_count = chorus__select_chunk_count(comm, call->coll, algo,

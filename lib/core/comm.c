@@ -9,6 +9,7 @@
 
 #include "arena/arena.h"
 #include "gpu/gpu.h"
+#include "topo/topo.h"
 #include "tune/tune.h"
 
 #include "transport/transport.h"
@@ -26,7 +27,14 @@
 
 #define CORE_HOST_MAX 192
 
-typedef enum { CORE_MODE_AUTO = 0, CORE_MODE_SHM = 1, CORE_MODE_TCP = 2 } core_mode_t;
+typedef enum {
+    CORE_MODE_AUTO = 0,
+    CORE_MODE_SHM = 1,
+    CORE_MODE_TCP = 2,
+    CORE_MODE_UCX = 3,
+    CORE_MODE_IB = 4,
+    CORE_MODE_COUNT
+} core_mode_t;
 
 /* What each rank tells the others about itself during init. Fixed size, no pointers. */
 typedef struct {
@@ -45,7 +53,7 @@ typedef struct {
     char blob[CHORUS_TP_BLOB_MAX];
 } core_blob_rec_t;
 
-static const char *const core_mode_names[] = {"auto", "shm", "tcp"};
+static const char *const core_mode_names[CORE_MODE_COUNT] = {"auto", "shm", "tcp", "ucx", "ib"};
 
 /* ---- failure rule ---- */
 
@@ -163,9 +171,12 @@ static chorus_status_t core_parse_mode(core_mode_t *mode_p)
     if (text == NULL || strcmp(text, "auto") == 0) *mode_p = CORE_MODE_AUTO;
     else if (strcmp(text, "shm") == 0) *mode_p = CORE_MODE_SHM;
     else if (strcmp(text, "tcp") == 0) *mode_p = CORE_MODE_TCP;
+    else if (strcmp(text, "ucx") == 0) *mode_p = CORE_MODE_UCX;
+    else if (strcmp(text, "ib") == 0) *mode_p = CORE_MODE_IB;
     else
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "chorus_comm_init: CHORUS_TRANSPORT=%s is not auto, shm or tcp", text);
+                             "chorus_comm_init: CHORUS_TRANSPORT=%s is not auto, shm, tcp, ucx "
+                             "or ib", text);
     return CHORUS_SUCCESS;
 }
 
@@ -175,6 +186,10 @@ static chorus_peer_kind_t core_pair_kind(const core_peer_info_t *infos, int a, i
 {
     if (a == b) return CHORUS_PEER_SELF;
     if (mode == CORE_MODE_TCP) return CHORUS_PEER_TCP;
+    /* ucx and ib take every pair, same host or not: they bring their own shared-memory
+     * paths (UCX's sm transports), and that is what CHORUS_TRANSPORT asks to test. */
+    if (mode == CORE_MODE_UCX) return CHORUS_PEER_UCX;
+    if (mode == CORE_MODE_IB) return CHORUS_PEER_IB;
     if (strcmp(infos[a].host, infos[b].host) == 0) return CHORUS_PEER_SHM;
     return CHORUS_PEER_TCP;
 }
@@ -210,7 +225,7 @@ static chorus_status_t core_plan_peers(chorus_comm_t comm, core_peer_info_t *inf
                                  "chorus_comm_init: rank %d: CHORUS_TRANSPORT is %s here but %s "
                                  "on peer %d",
                                  comm->rank, core_mode_names[mode],
-                                 infos[p].mode >= 0 && infos[p].mode <= 2
+                                 infos[p].mode >= 0 && infos[p].mode < CORE_MODE_COUNT
                                      ? core_mode_names[infos[p].mode] : "?", p);
         infos[p].host[CORE_HOST_MAX - 1] = '\0';
         for (q = 0; q < p && strcmp(infos[q].host, infos[p].host) != 0; q++) {
@@ -382,6 +397,9 @@ static chorus_status_t core_connect(chorus_comm_t comm)
         return chorus__error(CHORUS_ERR_NO_MEMORY, "chorus_comm_init: rank %d: no memory",
                              comm->rank);
     CHORUS_CHECK_GOTO(core_plan_peers(comm, infos, mode), out);
+    CHORUS_CHECK_GOTO(chorus__topo_ring_order(comm->nranks, comm->host_of, comm->nhosts, NULL,
+                                              NULL, comm->ring_order),
+                      out);
     core_wait_policy(comm, infos);
     /* Every rank connects shm before tcp, so that no rank waits in one transport's setup
      * for a peer that is busy in the other's. */
@@ -389,9 +407,15 @@ static chorus_status_t core_connect(chorus_comm_t comm)
         CHORUS_CHECK_GOTO(core_connect_kind(comm, &chorus__tp_shm_ops, CHORUS_PEER_SHM), out);
     if (core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_TCP))
         CHORUS_CHECK_GOTO(core_connect_kind(comm, &chorus__tp_tcp_ops, CHORUS_PEER_TCP), out);
+    if (core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_UCX))
+        CHORUS_CHECK_GOTO(core_connect_kind(comm, &chorus__tp_ucx_ops, CHORUS_PEER_UCX), out);
+    if (core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_IB))
+        CHORUS_CHECK_GOTO(core_connect_kind(comm, &chorus__tp_ib_ops, CHORUS_PEER_IB), out);
     /* The arena serves communicators whose ranks all share one host and reach each other
-     * over shm; every rank knows that from the same table, so all or none take part. */
-    if (comm->nranks > 1 && !core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_TCP))
+     * over shm; every rank knows that from the same table, so all or none take part. A
+     * forced ucx or ib transport has no arena: every byte takes the transport under test. */
+    if (comm->nranks > 1 && !core_kind_used(infos, comm->nranks, mode, CHORUS_PEER_TCP) &&
+        mode != CORE_MODE_UCX && mode != CORE_MODE_IB)
         CHORUS_CHECK_GOTO(core_arena_create(comm), out);
 out:
     free(infos);
@@ -400,16 +424,22 @@ out:
 
 static void core_log_ready(chorus_comm_t comm)
 {
-    int nshm = 0, ntcp = 0;
+    int nshm = 0, ntcp = 0, nucx = 0, nib = 0;
 
     if (!CHORUS_LOG_ENABLED(CHORUS_LOG_INFO)) return;
     for (int p = 0; p < comm->nranks; p++) {
         nshm += comm->peer_kind[p] == CHORUS_PEER_SHM;
         ntcp += comm->peer_kind[p] == CHORUS_PEER_TCP;
+        nucx += comm->peer_kind[p] == CHORUS_PEER_UCX;
+        nib += comm->peer_kind[p] == CHORUS_PEER_IB;
     }
-    CHORUS_INFO("core", "comm %016llx ready: rank %d of %d on %d host(s); peers: %d shm, %d tcp",
+    /* The ucx and ib counts appear only when used, so the usual line keeps its form. */
+    char more[48] = "";
+    if (nucx > 0 || nib > 0)
+        snprintf(more, sizeof more, ", %d %s", nucx > 0 ? nucx : nib, nucx > 0 ? "ucx" : "ib");
+    CHORUS_INFO("core", "comm %016llx ready: rank %d of %d on %d host(s); peers: %d shm, %d tcp%s",
                 (unsigned long long)comm->comm_id, comm->rank, comm->nranks, comm->nhosts, nshm,
-                ntcp);
+                ntcp, more);
 }
 
 /* Frees what a comm holds; works on a half-built one. */
@@ -429,6 +459,7 @@ static void core_comm_free(chorus_comm_t comm)
     free(comm->peers);
     free(comm->host_of);
     free(comm->local_ranks);
+    free(comm->ring_order);
     free(comm);
 }
 
@@ -484,8 +515,9 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
     comm->peer_kind = calloc((size_t)nranks, 1);
     comm->host_of = calloc((size_t)nranks, sizeof *comm->host_of);
     comm->local_ranks = calloc((size_t)nranks, sizeof *comm->local_ranks);
+    comm->ring_order = calloc((size_t)nranks, sizeof *comm->ring_order);
     if (comm->peers == NULL || comm->peer_kind == NULL || comm->host_of == NULL ||
-        comm->local_ranks == NULL)
+        comm->local_ranks == NULL || comm->ring_order == NULL)
         goto err_free;
 
     status = chorus__bootstrap_init(id, rank, nranks, comm->timeout_s, &comm->abort_flag,

@@ -29,6 +29,8 @@ typedef enum {
     CHORUS_PEER_SELF = 0,
     CHORUS_PEER_SHM = 1,
     CHORUS_PEER_TCP = 2,
+    CHORUS_PEER_UCX = 3, /* CHORUS_TRANSPORT=ucx: every other rank, same host or not */
+    CHORUS_PEER_IB = 4,  /* CHORUS_TRANSPORT=ib: every other rank, same host or not */
 } chorus_peer_kind_t;
 
 /* One cached schedule, keyed by everything the builder's output depends on. */
@@ -59,6 +61,7 @@ struct chorus_comm {
      * ranks in rank order (local_ranks[local_index] == rank). */
     int *host_of;    /* nranks entries */
     int *local_ranks; /* nlocal entries */
+    int *ring_order;  /* nranks: lib/topo's ring over host_of, fixed at creation */
     int nlocal;
     int local_index;
     /* Single-host collectives through a shared arena (lib/arena); NULL when the comm

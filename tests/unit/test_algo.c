@@ -16,6 +16,7 @@
 
 #include "algo/algo.h"
 #include "core/engine.h"
+#include "topo/topo.h"
 #include "transport/virtual/virtual.h"
 
 #include <math.h>
@@ -37,6 +38,10 @@ typedef struct {
     chorus_op_t op;
     int pattern; /* 0: linear (closed-form sum), 1: irregular small values */
 } tc_t;
+
+/* args.ring_order of every case run while it is set (NULL: rank order); kept outside tc_t
+ * so that the cases' positional initialisers stay complete. */
+static const int *test_ring_order;
 
 typedef struct {
     chorus_sched_t sched;
@@ -221,6 +226,13 @@ static void describe(const tc_t *t, char *out, size_t len)
              (unsigned long long)t->count, t->root, (unsigned long long)t->chunk,
              t->inplace ? "in-place" : "out-of-place", chorus_dtype_name(t->dtype),
              chorus_op_name(t->op));
+    if (test_ring_order != NULL) {
+        size_t used = strlen(out);
+        int i;
+
+        for (i = 0; i < t->n && used + 8 < len; i++, used = strlen(out))
+            snprintf(out + used, len - used, "%s%d", i ? "," : " order ", test_ring_order[i]);
+    }
 }
 
 static void report_stuck(const tc_t *t, trank_t *ranks)
@@ -257,7 +269,8 @@ static trank_t *run_case(const tc_t *t)
     assert_non_null(peers);
     for (r = 0; r < t->n; r++) {
         chorus_coll_args_t a = {.coll = t->coll, .rank = r, .nranks = t->n, .count = t->count,
-                                 .root = t->root, .chunk_count = t->chunk};
+                                 .root = t->root, .chunk_count = t->chunk,
+                                 .ring_order = test_ring_order};
         trank_t *tr = &ranks[r];
         chorus_status_t st;
         void *bufs[CHORUS_NUM_BUFS];
@@ -456,6 +469,71 @@ static void matrix(chorus_algo_t algo, chorus_coll_t coll)
             }
         }
     }
+}
+
+/* The ring in an order other than rank order: the order lib/topo makes for 2 hosts x 4
+ * interleaved ranks (which must cross between hosts only twice), and scrambled orders of
+ * other sizes, for every ring collective, with and without NUMA refinement, in and out of
+ * place, pipelined and not. Results must be exactly those of rank order. */
+static void test_ring_permuted(void **state)
+{
+    static const int host_2x4[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    static const int numa_2x4[8] = {1, 1, 0, 0, 1, 1, 0, 0};
+    static const int nic_2x4[2] = {0, 1};
+    static const chorus_coll_t colls[] = {CHORUS_COLL_ALLREDUCE, CHORUS_COLL_ALLGATHER,
+                                          CHORUS_COLL_REDUCE_SCATTER, CHORUS_COLL_BROADCAST,
+                                          CHORUS_COLL_REDUCE};
+    const uint64_t counts[] = {1, 7, 8, 1000, BIG_COUNT};
+    const uint64_t chunks[] = {0, 3};
+    int orders[4][64], sizes[4] = {8, 8, 5, 13}, o, i, n;
+    size_t c, ci, k;
+
+    (void)state;
+    assert_int_equal(chorus__topo_ring_order(8, host_2x4, 2, NULL, NULL, orders[0]),
+                     CHORUS_SUCCESS);
+    assert_int_equal(chorus__topo_ring_crossings(8, host_2x4, orders[0]), 2);
+    assert_int_equal(chorus__topo_ring_order(8, host_2x4, 2, numa_2x4, nic_2x4, orders[1]),
+                     CHORUS_SUCCESS);
+    assert_int_equal(chorus__topo_ring_crossings(8, host_2x4, orders[1]), 2);
+    /* Scrambled: position i holds rank (i * step + 3) mod n, step coprime to n. */
+    for (o = 2; o < 4; o++)
+        for (i = 0, n = sizes[o]; i < n; i++) orders[o][i] = (i * (o == 2 ? 2 : 5) + 3) % n;
+    for (o = 0; o < 4; o++) {
+        n = sizes[o];
+        test_ring_order = orders[o];
+        for (c = 0; c < sizeof colls / sizeof colls[0]; c++)
+            for (ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+                for (k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+                    int root = (int)(ci % (size_t)n), ip;
+
+                    if (counts[ci] == BIG_COUNT && chunks[k] == 3) continue;
+                    for (ip = 0; ip < 2; ip++) {
+                        tc_t t = {CHORUS_ALGO_RING, colls[c], n, counts[ci], root, chunks[k],
+                                  ip, counts[ci] == BIG_COUNT ? CHORUS_UINT8 : CHORUS_INT32,
+                                  CHORUS_SUM, 0};
+                        check_case(&t);
+                    }
+                }
+    }
+    test_ring_order = NULL;
+}
+
+/* An order that is not a permutation is refused, not turned into a hang. */
+static void test_ring_bad_order(void **state)
+{
+    static const int dup[4] = {0, 1, 1, 3}, range[4] = {0, 1, 2, 4};
+    chorus_coll_args_t a = {.coll = CHORUS_COLL_ALLREDUCE, .rank = 0, .nranks = 4, .count = 8};
+    chorus_sched_t s;
+
+    (void)state;
+    a.ring_order = dup;
+    chorus__sched_init(&s, 0, 4);
+    assert_int_equal(chorus__algo_build(CHORUS_ALGO_RING, &a, &s), CHORUS_ERR_INVALID_ARGUMENT);
+    chorus__sched_fini(&s);
+    a.ring_order = range;
+    chorus__sched_init(&s, 0, 4);
+    assert_int_equal(chorus__algo_build(CHORUS_ALGO_RING, &a, &s), CHORUS_ERR_INVALID_ARGUMENT);
+    chorus__sched_fini(&s);
 }
 
 /* One cmocka test per algorithm x collective, so that a failure names the pair. */
@@ -803,6 +881,8 @@ int main(void)
         cmocka_unit_test(test_ring_reduce_scatter),
         cmocka_unit_test(test_ring_broadcast),
         cmocka_unit_test(test_ring_reduce),
+        cmocka_unit_test(test_ring_permuted),
+        cmocka_unit_test(test_ring_bad_order),
         cmocka_unit_test(test_tree_allreduce),
         cmocka_unit_test(test_tree_broadcast),
         cmocka_unit_test(test_tree_reduce),
