@@ -12,7 +12,7 @@ SAN     ?=
 CPPFLAGS += -Iinclude -Ilib -Ikernels -D_GNU_SOURCE
 CFLAGS   += -std=c11 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes -fno-strict-aliasing
-LDLIBS   += -lcrypto -lpthread -lm -lrt -ldl
+LDLIBS   += -lcrypto -ljansson -lpthread -lm -lrt -ldl
 ifeq ($(SAN),1)
 CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=address,undefined

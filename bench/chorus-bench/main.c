@@ -185,6 +185,9 @@ static int skip_everywhere(bench_t *b, const char *reason)
         }
     }
     free(all);
+    /* No rank leaves before rank 0 has printed: a launcher that stops a job at its first
+     * non-zero exit would otherwise kill rank 0 before the reason is out. */
+    if (skip) (void)chorus_barrier(b->comm);
     return skip;
 }
 
@@ -219,6 +222,8 @@ static void self_path(const char *argv0, char *out, size_t size)
 
 /* `chorus-bench kernels`: the local kernels against memcpy (kernels.c). */
 int bench_kernels_main(int argc, char **argv);
+/* `chorus-bench --info` and `--topo-dump FILE` (info.c); -1 when neither is given. */
+int bench_info_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -227,6 +232,8 @@ int main(int argc, char **argv)
     int rc;
 
     if (argc > 1 && strcmp(argv[1], "kernels") == 0) return bench_kernels_main(argc - 1, argv + 1);
+    rc = bench_info_main(argc, argv);
+    if (rc >= 0) return rc;
     if (argc > 1 && strcmp(argv[1], "sweep") == 0) {
         char self[PATH_MAX];
         self_path(argv[0], self, sizeof(self));

@@ -10,7 +10,8 @@
 #
 # Each run is chorus-bench allreduce -b MIN -e MAX -f F -n ITERS -w WARMUP under
 # tests/cluster/cluster.sh with CHORUS_ALGO set; extra CHORUS_* variables (CHORUS_TCP_BUF,
-# CHORUS_CHUNK_SIZE...) pass through. From rank 0's rows we take the out-of-place and
+# CHORUS_CHUNK_SIZE, CHORUS_TRANSPORT=ucx...) pass through. UCX_NET_DEVICES defaults to
+# each rank's veth, so that UCX never takes a namespace's own loopback for another host. From rank 0's rows we take the out-of-place and
 # in-place times (us; chorus-bench prints busbw with two decimals, too coarse at these
 # rates) and compute busbw = size / mean time * 2 (n-1) / n, the nccl-tests convention,
 # then busbw * 8 / rate: 1.00 would be the link's whole bit rate carrying payload. TCP/IP
@@ -114,6 +115,8 @@ for algo in $ALGOS; do
         sh "$HERE/cluster.sh" --hosts "$n" --ranks-per-host "$RPH" --placement "$PLACEMENT" \
             --rate "$RATE" ${BURST:+--burst "$BURST"} ${LATENCY:+--latency "$LATENCY"} \
             --timeout 600 --stats "$LOGS/$tag.stats" -- \
+            sh -c 'export UCX_NET_DEVICES="${UCX_NET_DEVICES:-$CHORUS_SOCKET_IFNAME}"
+                   exec "$@"' sh \
             env CHORUS_ALGO="$algo" "$BENCH" allreduce -b "$MINB" -e "$MAXB" -f "$FACTOR" \
             -n "$ITERS" -w "$WARMUP" -c "$CHECK" >"$log" 2>&1
         rc=$?

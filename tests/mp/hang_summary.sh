@@ -36,13 +36,15 @@ check() {
     echo "ok $name: $line"
 }
 
+# --linger 1: a rank that timed out keeps its connections a second longer, so a peer whose
+# deadline falls a few ms later times out too (and reports) instead of seeing it leave.
 CHORUS_TIMEOUT=3 CHORUS_ALGO=ring timeout -k 5 60 "$RUN" -n 4 -- "$PROG" --count 4096 \
-    --idle-rank 2 --idle-seconds 30 >"$TMP/ring.out" 2>&1
+    --idle-rank 2 --idle-seconds 30 --linger 1 >"$TMP/ring.out" 2>&1
 grep -q "waiting=recv:" "$TMP/ring.out" || { echo "FAIL ring: no pending transfer named"; failed=1; }
 check "shm ring" "$TMP/ring.out"
 
 CHORUS_TIMEOUT=3 timeout -k 5 60 "$RUN" -n 4 --hang-report -- "$PROG" --count 4096 \
-    --idle-rank 2 --idle-seconds 30 >"$TMP/signal.out" 2>&1
+    --idle-rank 2 --idle-seconds 30 --linger 1 >"$TMP/signal.out" 2>&1
 check "--hang-report" "$TMP/signal.out"
 if grep -q "^\[2\] chorus-hang: rank=2 nranks=4 .*state=idle" "$TMP/signal.out" &&
     grep -q "chorusrun:   rank 2: idle, last completed #" "$TMP/signal.out"; then
