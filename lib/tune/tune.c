@@ -179,7 +179,9 @@ static int tune_local_kind(const struct chorus_comm *comm)
 
     for (int q = 0; q < comm->nranks; q++)
         if (q != comm->rank && comm->host_of[q] == comm->host_of[comm->rank])
-            kind = comm->peer_kind[q] == CHORUS_PEER_TCP ? CHORUS_TUNE_TCP : CHORUS_TUNE_SHM;
+            /* ucx and ib forced between same-host ranks cost like a network transport,
+             * not like shared memory: tcp is the nearest model the tuner has. */
+            kind = comm->peer_kind[q] == CHORUS_PEER_SHM ? CHORUS_TUNE_SHM : CHORUS_TUNE_TCP;
     return kind;
 }
 

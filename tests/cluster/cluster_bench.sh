@@ -6,12 +6,14 @@
 #   tests/cluster/cluster_bench.sh [--hosts "2 4 8"] [--algos "ring tree hier"]
 #       [--ranks-per-host 1] [--placement block|cyclic] [--rate 200mbit]
 #       [--sizes "1M 64M 4"] [--iters 1] [--warmup 1] [--check 0|1] [--burst 80kb]
-#       [--latency 100ms] [--logs DIR]          (make cluster-bench; BUILD=dir as make)
+#       [--latency 100ms] [--logs DIR] [--transport tcp|ucx]
+#                                               (make cluster-bench; BUILD=dir as make)
 #
 # Each run is chorus-bench allreduce -b MIN -e MAX -f F -n ITERS -w WARMUP under
 # tests/cluster/cluster.sh with CHORUS_ALGO set; extra CHORUS_* variables (CHORUS_TCP_BUF,
-# CHORUS_CHUNK_SIZE, CHORUS_TRANSPORT=ucx...) pass through. UCX_NET_DEVICES defaults to
-# each rank's veth, so that UCX never takes a namespace's own loopback for another host. From rank 0's rows we take the out-of-place and
+# CHORUS_CHUNK_SIZE...) pass through; --transport sets CHORUS_TRANSPORT. UCX_NET_DEVICES
+# defaults to each rank's veth, so that UCX never takes a namespace's own loopback for
+# another host. From rank 0's rows we take the out-of-place and
 # in-place times (us; chorus-bench prints busbw with two decimals, too coarse at these
 # rates) and compute busbw = size / mean time * 2 (n-1) / n, the nccl-tests convention,
 # then busbw * 8 / rate: 1.00 would be the link's whole bit rate carrying payload. TCP/IP
@@ -51,6 +53,7 @@ CHECK=0
 BURST=""
 LATENCY=""
 LOGS=""
+TRANSPORT=""
 STRICT=0
 
 usage() {
@@ -76,6 +79,7 @@ while [ $# -gt 0 ]; do
     --burst) BURST=$2 ;;
     --latency) LATENCY=$2 ;;
     --logs) LOGS=$2 ;;
+    --transport) TRANSPORT=$2 ;;
     *) echo "cluster_bench: unknown option '$1'" >&2; usage ;;
     esac
     shift 2
@@ -117,7 +121,7 @@ for algo in $ALGOS; do
             --timeout 600 --stats "$LOGS/$tag.stats" -- \
             sh -c 'export UCX_NET_DEVICES="${UCX_NET_DEVICES:-$CHORUS_SOCKET_IFNAME}"
                    exec "$@"' sh \
-            env CHORUS_ALGO="$algo" "$BENCH" allreduce -b "$MINB" -e "$MAXB" -f "$FACTOR" \
+            env CHORUS_ALGO="$algo" ${TRANSPORT:+CHORUS_TRANSPORT="$TRANSPORT"} "$BENCH" allreduce -b "$MINB" -e "$MAXB" -f "$FACTOR" \
             -n "$ITERS" -w "$WARMUP" -c "$CHECK" >"$log" 2>&1
         rc=$?
         secs=$(($(date +%s) - t0))
@@ -144,7 +148,7 @@ for algo in $ALGOS; do
     done
 done
 
-awk -v rate="$RATE" -v bits="$RATE_BITS" -v first="${HOSTS_LIST%% *}" -v maxb="$MAXB" \
+awk -v rate="$RATE" -v transport="${TRANSPORT:-auto}" -v bits="$RATE_BITS" -v first="${HOSTS_LIST%% *}" -v maxb="$MAXB" \
     -v rph="$RPH" -v placement="$PLACEMENT" '
     function human(b) {
         if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) "M"
@@ -162,7 +166,8 @@ awk -v rate="$RATE" -v bits="$RATE_BITS" -v first="${HOSTS_LIST%% *}" -v maxb="$
     END {
         if (rph == 1) printf "\nallreduce, 1 rank per host"
         else printf "\nallreduce, %d ranks per host (%s)", rph, placement
-        printf ", links %s (%.1f MB/s) each way; busbw / link rate\n", rate, bits / 8e6
+        printf ", links %s (%.1f MB/s) each way, transport %s; busbw / link rate\n", rate,
+            bits / 8e6, transport
         printf "%-5s %5s", "algo", "hosts"
         for (s = 1; s <= ns; s++) printf " %7s", human(sizes[s])
         printf " %9s %6s %5s %4s %5s\n", "MB/s@max", "scale", "drops", "cpu%", "secs"
