@@ -66,23 +66,25 @@ static void arena_sig_set(chorus_arena_t *a, int par, size_t count, chorus_dtype
     s->valid = 1;
 }
 
-/* "allreduce #3 of 16 x float32 sum" (the peer's fields are only printed, never trusted).
- * A device collective's signature (arena_barrier.c) has the top bit of its collective byte
- * set, and is printed as "device <collective>". */
+/* "allreduce #3 of 16 x float32 sum", "device allreduce #12 ..." for a device collective
+ * (arena_barrier.c), or "no operation" (the peer's fields are only printed, never trusted). */
 static void arena_sig_text(const arena_sig_t *s, char *buf, size_t len)
 {
-    int device = (s->coll & 0x80) != 0;
-    const char *coll = chorus__coll_name((chorus_coll_t)(s->coll & 0x7f));
+    int device = (s->coll & ARENA_SIG_DEVICE) != 0;
+    const char *coll = chorus__coll_name((chorus_coll_t)(s->coll & ~ARENA_SIG_DEVICE));
     const char *dt = chorus_dtype_name((chorus_dtype_t)s->dtype);
     const char *op = chorus_op_name((chorus_op_t)s->op);
 
+    if (!s->valid) {
+        snprintf(buf, len, "no operation");
+        return;
+    }
     snprintf(buf, len, "%s%s #%u of %llu x %s %s", device ? "device " : "",
              coll != NULL ? coll : "?", (unsigned)s->opno, (unsigned long long)s->count,
              dt != NULL ? dt : "?", op != NULL ? op : "?");
 }
 
-/* Called once every rank published the operation's first step. */
-static chorus_status_t arena_check_sigs(chorus_arena_t *a, int par, const char *what)
+chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what)
 {
     const arena_sig_t *m = &a->ctl[a->me].sig[par];
     char theirs[128], mine[128];
@@ -91,7 +93,7 @@ static chorus_status_t arena_check_sigs(chorus_arena_t *a, int par, const char *
         const arena_sig_t *s = &a->ctl[r].sig[par];
 
         if (r == a->me || (s->count == m->count && s->opno == m->opno && s->coll == m->coll &&
-                           s->dtype == m->dtype && s->op == m->op && s->valid))
+                           s->dtype == m->dtype && s->op == m->op && s->valid == m->valid))
             continue;
         arena_sig_text(s, theirs, sizeof theirs);
         arena_sig_text(m, mine, sizeof mine);
@@ -117,7 +119,7 @@ static chorus_status_t arena_flat(chorus_arena_t *a, const void *sendbuf, void *
     arena__publish(a, step);
     status = arena__wait_all(a, step, what);
     if (status != CHORUS_SUCCESS) return status;
-    status = arena_check_sigs(a, par, what);
+    status = arena__check_sigs(a, par, what);
     if (status != CHORUS_SUCCESS) return status;
     for (int r = 0; r < a->n; r++)
         a->srcs[r] = inl ? (const void *)a->ctl[r].inl[par]
@@ -179,7 +181,7 @@ static chorus_status_t arena_stage_reduce(chorus_arena_t *a, const arena_job_t *
     status = arena__wait_all(a, j->s0 + 2 * i + 1, j->what);
     if (status != CHORUS_SUCCESS) return status;
     if (i == 0) {
-        status = arena_check_sigs(a, (int)(a->opno & 1), j->what);
+        status = arena__check_sigs(a, (int)(a->opno & 1), j->what);
         if (status != CHORUS_SUCCESS) return status;
     }
     arena_slice(a, j, ce, a->me, &off, &len);

@@ -130,6 +130,13 @@ chorus_status_t arena__wait_slow(chorus_arena_t *a, uint64_t step, int first, in
  * returns status. */
 chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status);
 
+/* The top bit of a signature's collective byte: a device collective (arena_barrier.c). */
+#define ARENA_SIG_DEVICE 0x80
+
+/* Compares every rank's signature of the operation of parity par with this rank's:
+ * CHORUS_ERR_MISMATCH naming both calls (and failing this rank) at the first difference. */
+chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what);
+
 /* Returns once local ranks [first, end) have published step (or an error naming who did
  * not). */
 static inline chorus_status_t arena__wait_range(chorus_arena_t *a, uint64_t step, int first,

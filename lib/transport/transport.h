@@ -69,6 +69,43 @@ static inline void chorus__tp_req_reset(chorus_tp_req_t *req, int peer, const vo
     req->kind = kind;
 }
 
+/* Ends a request with status. Called by the thread that polls it (see chorus_tp_req_t). */
+static inline void chorus__tp_req_complete(chorus_tp_req_t *req, chorus_status_t status)
+{
+    req->status = status;
+    req->next = NULL;
+    req->done = 1;
+}
+
+/* A FIFO of pending requests (one per peer and direction), linked through req->next. */
+static inline void chorus__tp_queue_push(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p,
+                                         chorus_tp_req_t *req)
+{
+    req->next = NULL;
+    if (*tail_p != NULL) (*tail_p)->next = req;
+    else *head_p = req;
+    *tail_p = req;
+}
+
+/* Unlinks the head, which the caller still holds. */
+static inline void chorus__tp_queue_pop(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p)
+{
+    *head_p = (*head_p)->next;
+    if (*head_p == NULL) *tail_p = NULL;
+}
+
+/* Ends every request of the queue, in order, with status (a failed connection). */
+static inline void chorus__tp_queue_fail(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p,
+                                         chorus_status_t status)
+{
+    while (*head_p != NULL) {
+        chorus_tp_req_t *req = *head_p;
+
+        chorus__tp_queue_pop(head_p, tail_p);
+        chorus__tp_req_complete(req, status);
+    }
+}
+
 typedef struct {
     int rank;
     int nranks;

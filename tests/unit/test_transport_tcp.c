@@ -141,12 +141,6 @@ static void test_bad_args(void **state)
 /* A rogue process with the right secret but another communicator id (arg 0), or with a
  * wrong secret (arg 1), connects to rank 1 as "rank 0" before the real rank 0 does. Rank
  * 1 must refuse it and still connect to the real rank 0; the rogue must never get data. */
-typedef struct {
-    pid_t pid;
-    int arg;
-    int exit_code;
-} rogue_t;
-
 static int rogue_main(const uint8_t *blobs, int arg)
 {
     uint8_t secret[CHORUS_SECRET_BYTES];
@@ -184,36 +178,10 @@ static int rogue_main(const uint8_t *blobs, int arg)
     return rc;
 }
 
-static void rogue_start(const uint8_t *blobs, int nranks, void *varg)
-{
-    rogue_t *r = varg;
-    (void)nranks;
-    r->pid = fork();
-    if (r->pid == 0) {
-        alarm(30);
-        _exit(rogue_main(blobs, r->arg));
-    }
-    /* Give the rogue a head start so that rank 1 meets it before the real rank 0. */
-    const struct timespec ts = {0, 200000000};
-    nanosleep(&ts, NULL);
-}
-
-static void rogue_end(void *varg)
-{
-    rogue_t *r = varg;
-    int st = 0;
-    r->exit_code = -1;
-    if (r->pid > 0 && waitpid(r->pid, &st, 0) == r->pid && WIFEXITED(st)) {
-        r->exit_code = WEXITSTATUS(st);
-    }
-}
-
+/* The rogue gets a head start so that rank 1 meets it before the real rank 0. */
 static void run_rogue(int arg)
 {
-    rogue_t r = {0, arg, -1};
-    tpc_hooks_t hooks = {rogue_start, rogue_end, &r};
-    assert_int_equal(tpc_run(&tcp_cfg, 2, tpc_case_fifo, 0, &hooks), 0);
-    assert_int_equal(r.exit_code, 0);
+    tpc_run_rogue(&tcp_cfg, rogue_main, arg, 200000000);
 }
 
 static void test_rogue_wrong_comm(void **state)

@@ -57,12 +57,6 @@ static void test_tags(void **state)
 /* A rogue process with rank 0's identity but a wrong secret (arg 1) or another
  * communicator's nonce and id (arg 0) sends its handshake to rank 1 before the real rank 0
  * does. Rank 1 must refuse it and still connect to rank 0; the rogue never connects. */
-typedef struct {
-    pid_t pid;
-    int arg;
-    int exit_code;
-} rogue_t;
-
 static int rogue_main(const uint8_t *blobs, int arg)
 {
     uint8_t secret[CHORUS_SECRET_BYTES];
@@ -86,35 +80,10 @@ static int rogue_main(const uint8_t *blobs, int arg)
     return st == CHORUS_SUCCESS ? 12 : 0;
 }
 
-static void rogue_start(const uint8_t *blobs, int nranks, void *varg)
-{
-    rogue_t *r = varg;
-    (void)nranks;
-    r->pid = fork();
-    if (r->pid == 0) {
-        alarm(30);
-        _exit(rogue_main(blobs, r->arg));
-    }
-    const struct timespec ts = {0, 300000000};
-    nanosleep(&ts, NULL);
-}
-
-static void rogue_end(void *varg)
-{
-    rogue_t *r = varg;
-    int st = 0;
-    r->exit_code = -1;
-    if (r->pid > 0 && waitpid(r->pid, &st, 0) == r->pid && WIFEXITED(st)) {
-        r->exit_code = WEXITSTATUS(st);
-    }
-}
-
+/* The rogue gets a head start so that rank 1 meets it before the real rank 0. */
 static void run_rogue(int arg)
 {
-    rogue_t r = {0, arg, -1};
-    tpc_hooks_t hooks = {rogue_start, rogue_end, &r};
-    assert_int_equal(tpc_run(&ucx_cfg, 2, tpc_case_fifo, 0, &hooks), 0);
-    assert_int_equal(r.exit_code, 0);
+    tpc_run_rogue(&ucx_cfg, rogue_main, arg, 300000000);
 }
 
 static void test_rogue_wrong_comm(void **state)

@@ -634,6 +634,53 @@ TPC_FN int tpc_case_exchange(tpc_ctx_t *ctx)
     return tpc_case_fifo(ctx);
 }
 
+/* ---- A rogue process next to a case ----
+ * A transport's own test plays an impostor: rogue(blobs, arg) runs in a process forked
+ * once the address blobs are known, head_start_ns before the ranks start, so that it meets
+ * them first. Its exit code is the verdict (0: it was refused as it should be). */
+
+typedef int (*tpc_rogue_fn)(const uint8_t *blobs, int arg);
+
+typedef struct {
+    tpc_rogue_fn rogue;
+    int arg;
+    long head_start_ns;
+    pid_t pid;
+    int exit_code;
+} tpc_rogue_t;
+
+TPC_FN void tpc_rogue_start(const uint8_t *blobs, int nranks, void *varg)
+{
+    tpc_rogue_t *r = varg;
+    (void)nranks;
+    r->pid = fork();
+    if (r->pid == 0) {
+        alarm(30);
+        _exit(r->rogue(blobs, r->arg));
+    }
+    const struct timespec ts = {0, r->head_start_ns};
+    nanosleep(&ts, NULL);
+}
+
+TPC_FN void tpc_rogue_end(void *varg)
+{
+    tpc_rogue_t *r = varg;
+    int st = 0;
+    r->exit_code = -1;
+    if (r->pid > 0 && waitpid(r->pid, &st, 0) == r->pid && WIFEXITED(st))
+        r->exit_code = WEXITSTATUS(st);
+}
+
+/* The FIFO case on 2 ranks with the rogue alongside: both must pass. */
+TPC_FN void tpc_run_rogue(const tpc_config_t *cfg, tpc_rogue_fn rogue, int arg,
+                          long head_start_ns)
+{
+    tpc_rogue_t r = {rogue, arg, head_start_ns, 0, -1};
+    tpc_hooks_t hooks = {tpc_rogue_start, tpc_rogue_end, &r};
+    assert_int_equal(tpc_run(cfg, 2, tpc_case_fifo, 0, &hooks), 0);
+    assert_int_equal(r.exit_code, 0);
+}
+
 /* ---- cmocka wrappers: the initial state is the tpc_config_t ---- */
 
 #define TPC_DEFINE(name, nranks, fn, arg)                                                          \

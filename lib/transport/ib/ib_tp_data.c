@@ -23,37 +23,6 @@
 
 #include <openssl/crypto.h>
 
-static void complete(chorus_tp_req_t *req, chorus_status_t status)
-{
-    req->status = status;
-    req->next = NULL;
-    req->done = 1; /* read by this same thread: see chorus_tp_req_t */
-}
-
-static void enqueue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p, chorus_tp_req_t *req)
-{
-    req->next = NULL;
-    if (*tail_p != NULL) (*tail_p)->next = req;
-    else *head_p = req;
-    *tail_p = req;
-}
-
-static void dequeue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p)
-{
-    *head_p = (*head_p)->next;
-    if (*head_p == NULL) *tail_p = NULL;
-}
-
-static void fail_queue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p, chorus_status_t status)
-{
-    while (*head_p != NULL) {
-        chorus_tp_req_t *req = *head_p;
-
-        dequeue(head_p, tail_p);
-        complete(req, status);
-    }
-}
-
 chorus_status_t ib_peer_fail(ib_tp_t *tp, ib_peer_t *p, chorus_status_t status, const char *fmt,
                              ...)
 {
@@ -66,8 +35,8 @@ chorus_status_t ib_peer_fail(ib_tp_t *tp, ib_peer_t *p, chorus_status_t status, 
     p->failed = status;
     if (tp->unreported == CHORUS_SUCCESS) tp->unreported = status;
     chorus__error(status, "rank %d: ib: %s", tp->rank, p->why);
-    fail_queue(&p->sq_head, &p->sq_tail, status);
-    fail_queue(&p->rq_head, &p->rq_tail, status);
+    chorus__tp_queue_fail(&p->sq_head, &p->sq_tail, status);
+    chorus__tp_queue_fail(&p->rq_head, &p->rq_tail, status);
     return status;
 }
 
@@ -122,8 +91,7 @@ static chorus_status_t post_write(ib_tp_t *tp, ib_peer_t *p, unsigned kind, uint
     wr.wr.rdma.remote_addr = p->remote_addr + (uint64_t)k * IB_SLOT_BYTES;
     wr.wr.rdma.rkey = p->rkey;
     if (ibv_post_send(p->qp, &wr, &bad) != 0) {
-        return ib_peer_fail(tp, p, CHORUS_ERR_SYSTEM, "posting a write to peer %d failed",
-                            p->rank);
+        return ib_peer_fail(tp, p, CHORUS_ERR_SYSTEM, "posting a write to peer %d failed", p->rank);
     }
     p->sq_posted++;
     return CHORUS_SUCCESS;
@@ -131,8 +99,8 @@ static chorus_status_t post_write(ib_tp_t *tp, ib_peer_t *p, unsigned kind, uint
 
 /* Writes one fragment into the next slot, when credit, staging slot and queue room allow:
  * 1 if it went, 0 if not now. */
-static int tx_fragment(ib_tp_t *tp, ib_peer_t *p, const void *payload, uint32_t len,
-                       uint64_t total, uint32_t flags)
+static int tx_fragment(ib_tp_t *tp, ib_peer_t *p, const void *payload, uint32_t len, uint64_t total,
+                       uint32_t flags)
 {
     uint32_t k = p->cr.tx_seq % IB_NSLOTS, seq;
     ib_frag_hdr_t *h;
@@ -164,10 +132,11 @@ chorus_status_t ib_send_hello(ib_tp_t *tp, ib_peer_t *p)
 
     if (status != CHORUS_SUCCESS) return status;
     if (!tx_fragment(tp, p, mac, sizeof(mac), sizeof(mac), IB_FRAG_FIRST | IB_FRAG_HELLO)) {
-        return p->failed != CHORUS_SUCCESS
-                   ? p->failed
-                   : chorus__error(CHORUS_ERR_INTERNAL, "rank %d: ib: no slot for the hello to "
-                                   "peer %d", tp->rank, p->rank);
+        return p->failed != CHORUS_SUCCESS ? p->failed
+                                           : chorus__error(CHORUS_ERR_INTERNAL,
+                                                           "rank %d: ib: no slot for the hello to "
+                                                           "peer %d",
+                                                           tp->rank, p->rank);
     }
     p->hello_sent = 1;
     return CHORUS_SUCCESS;
@@ -188,8 +157,9 @@ static void peer_tx(ib_tp_t *tp, ib_peer_t *p)
         req->priv[0] = 1;
         req->offset += len;
         if (req->offset == req->bytes) {
-            dequeue(&p->sq_head, &p->sq_tail);
-            complete(req, CHORUS_SUCCESS); /* the bytes are in staging: the buffer is free */
+            chorus__tp_queue_pop(&p->sq_head, &p->sq_tail);
+            chorus__tp_req_complete(
+                req, CHORUS_SUCCESS); /* the bytes are in staging: the buffer is free */
         }
     }
 }
@@ -226,11 +196,12 @@ static void peer_rx(ib_tp_t *tp, ib_peer_t *p)
         if (req == NULL) break;
         if (first != !req->priv[0] || h->len > h->total) goto corrupt;
         if (first && h->total != req->bytes) {
-            dequeue(&p->rq_head, &p->rq_tail);
-            complete(req, chorus__error(CHORUS_ERR_REMOTE,
-                                        "rank %d: ib: message from peer %d has %llu bytes, the "
-                                        "receive expects %zu", tp->rank, p->rank,
-                                        (unsigned long long)h->total, req->bytes));
+            chorus__tp_queue_pop(&p->rq_head, &p->rq_tail);
+            chorus__tp_req_complete(
+                req, chorus__error(CHORUS_ERR_REMOTE,
+                                   "rank %d: ib: message from peer %d has %llu bytes, the "
+                                   "receive expects %zu",
+                                   tp->rank, p->rank, (unsigned long long)h->total, req->bytes));
             p->rx_skip = h->total - h->len;
             ib_credit_rx_consume(&p->cr);
             continue;
@@ -241,8 +212,8 @@ static void peer_rx(ib_tp_t *tp, ib_peer_t *p)
         req->offset += h->len;
         ib_credit_rx_consume(&p->cr);
         if (req->offset == req->bytes) {
-            dequeue(&p->rq_head, &p->rq_tail);
-            complete(req, CHORUS_SUCCESS);
+            chorus__tp_queue_pop(&p->rq_head, &p->rq_tail);
+            chorus__tp_req_complete(req, CHORUS_SUCCESS);
         }
     }
     return;
@@ -276,8 +247,10 @@ static void on_arrival(ib_tp_t *tp, ib_peer_t *p, uint32_t imm)
     if (ib_post_recv(tp, p) != CHORUS_SUCCESS) return;
     if (imm & IB_IMM_CREDIT) {
         if (ib_credit_tx_update_imm(&p->cr, imm & IB_IMM_MASK) < 0) {
-            ib_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d returned credit for writes never "
-                         "made", p->rank);
+            ib_peer_fail(tp, p, CHORUS_ERR_REMOTE,
+                         "peer %d returned credit for writes never "
+                         "made",
+                         p->rank);
         }
         return;
     }
@@ -287,8 +260,7 @@ static void on_arrival(ib_tp_t *tp, ib_peer_t *p, uint32_t imm)
     }
     h = (const ib_frag_hdr_t *)slot_at(tp->rx_buf, p->rank, k);
     if (h->magic != IB_FRAG_MAGIC || h->seq != seq || h->len > IB_FRAG_PAYLOAD) {
-        ib_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d wrote a corrupt fragment header",
-                     p->rank);
+        ib_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d wrote a corrupt fragment header", p->rank);
         return;
     }
     if (!p->verified) {
@@ -318,8 +290,8 @@ static void on_completion(ib_tp_t *tp, const struct ibv_wc *wc)
     if (kind != IB_WR_RECV) p->sq_posted--;
     if (wc->status != IBV_WC_SUCCESS) {
         /* After the first error the QP flushes everything: only the first one is news. */
-        ib_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d: %s failed: %s (peer dead or gone?)",
-                     rank, kind_name(kind), ibv_wc_status_str(wc->status));
+        ib_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d: %s failed: %s (peer dead or gone?)", rank,
+                     kind_name(kind), ibv_wc_status_str(wc->status));
         return;
     }
     if (kind == IB_WR_DATA && k < IB_NSLOTS) p->tx_busy[k] = 0;
@@ -333,12 +305,14 @@ chorus_status_t ib_poll(ib_tp_t *tp)
     struct ibv_wc wc[16];
     int n;
 
-    for (int i = 0; i < tp->nstash; i++) on_completion(tp, &tp->stash[i]);
+    for (int i = 0; i < tp->nstash; i++)
+        on_completion(tp, &tp->stash[i]);
     tp->nstash = 0;
     do {
         n = ibv_poll_cq(tp->cq, 16, wc);
         if (n < 0) return chorus__error(CHORUS_ERR_SYSTEM, "rank %d: ib: poll CQ failed", tp->rank);
-        for (int i = 0; i < n; i++) on_completion(tp, &wc[i]);
+        for (int i = 0; i < n; i++)
+            on_completion(tp, &wc[i]);
     } while (n == 16);
     for (int r = 0; r < tp->nranks; r++) {
         ib_peer_t *p = &tp->peers[r];
@@ -371,8 +345,8 @@ static chorus_status_t post_check(ib_tp_t *tp, int peer, const void *buf, size_t
 {
     if (!tp->connected || peer < 0 || peer >= tp->nranks || tp->peers[peer].rank < 0) {
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "rank %d: ib: %s with peer %d, which is not connected", tp->rank,
-                             what, peer);
+                             "rank %d: ib: %s with peer %d, which is not connected", tp->rank, what,
+                             peer);
     }
     if (req == NULL || (buf == NULL && bytes > 0)) {
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
@@ -393,14 +367,14 @@ static chorus_status_t post(ib_tp_t *tp, int peer, const void *buf, size_t bytes
     chorus__tp_req_reset(req, peer, buf, bytes, send ? IB_REQ_SEND : IB_REQ_RECV);
     req->priv[0] = 0;
     if (p->failed != CHORUS_SUCCESS) {
-        complete(req, chorus__error(p->failed, "rank %d: ib: %s", tp->rank, p->why));
+        chorus__tp_req_complete(req, chorus__error(p->failed, "rank %d: ib: %s", tp->rank, p->why));
         return CHORUS_SUCCESS;
     }
     if (send) {
-        enqueue(&p->sq_head, &p->sq_tail, req);
+        chorus__tp_queue_push(&p->sq_head, &p->sq_tail, req);
         if (p->sq_head == req) peer_tx(tp, p);
     } else {
-        enqueue(&p->rq_head, &p->rq_tail, req);
+        chorus__tp_queue_push(&p->rq_head, &p->rq_tail, req);
         if (p->rq_head == req) {
             peer_rx(tp, p);
             return_credit(tp, p);

@@ -31,28 +31,8 @@ void shm_notify(shm_peer_t *p)
     }
 }
 
-static void complete(chorus_tp_req_t *req, chorus_status_t status)
-{
-    req->status = status;
-    req->next = NULL;
-    req->done = 1; /* read by this same thread: see chorus_tp_req_t */
-}
-
-static void fail_queue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p, chorus_status_t status)
-{
-    chorus_tp_req_t *req = *head_p;
-
-    while (req != NULL) {
-        chorus_tp_req_t *next = req->next;
-
-        complete(req, status);
-        req = next;
-    }
-    *head_p = *tail_p = NULL;
-}
-
-chorus_status_t shm_peer_fail(shm_tp_t *tp, shm_peer_t *p, chorus_status_t status,
-                              const char *fmt, ...)
+chorus_status_t shm_peer_fail(shm_tp_t *tp, shm_peer_t *p, chorus_status_t status, const char *fmt,
+                              ...)
 {
     va_list ap;
 
@@ -63,23 +43,9 @@ chorus_status_t shm_peer_fail(shm_tp_t *tp, shm_peer_t *p, chorus_status_t statu
     p->failed = status;
     if (tp->unreported == CHORUS_SUCCESS) tp->unreported = status;
     chorus__error(status, "rank %d: shm: %s", tp->rank, p->why);
-    fail_queue(&p->sq_head, &p->sq_tail, status);
-    fail_queue(&p->rq_head, &p->rq_tail, status);
+    chorus__tp_queue_fail(&p->sq_head, &p->sq_tail, status);
+    chorus__tp_queue_fail(&p->rq_head, &p->rq_tail, status);
     return status;
-}
-
-static void enqueue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p, chorus_tp_req_t *req)
-{
-    req->next = NULL;
-    if (*tail_p != NULL) (*tail_p)->next = req;
-    else *head_p = req;
-    *tail_p = req;
-}
-
-static void dequeue(chorus_tp_req_t **head_p, chorus_tp_req_t **tail_p)
-{
-    *head_p = (*head_p)->next;
-    if (*head_p == NULL) *tail_p = NULL;
 }
 
 /* Pushes queued sends into the peer's ring as far as it has room. */
@@ -99,8 +65,8 @@ static chorus_status_t peer_tx(shm_tp_t *tp, shm_peer_t *p)
                                  "peer %d corrupted the counters of our ring to it", p->rank);
         }
         if (!(f & SHM_RING_DONE)) break;
-        dequeue(&p->sq_head, &p->sq_tail);
-        complete(req, CHORUS_SUCCESS);
+        chorus__tp_queue_pop(&p->sq_head, &p->sq_tail);
+        chorus__tp_req_complete(req, CHORUS_SUCCESS);
     }
     if (moved & SHM_RING_MOVED) shm_notify(p);
     return CHORUS_SUCCESS;
@@ -120,16 +86,17 @@ static chorus_status_t peer_rx(shm_tp_t *tp, shm_peer_t *p)
         moved |= f;
         if (f & SHM_RING_CORRUPT) break;
         if (!(f & SHM_RING_DONE)) break;
-        dequeue(&p->rq_head, &p->rq_tail);
+        chorus__tp_queue_pop(&p->rq_head, &p->rq_tail);
         if (f & SHM_RING_MISMATCH) {
             /* The stream stays in step (the payload is skipped), so only this receive
              * fails; the engine reports the mismatch. */
-            complete(req, chorus__error(CHORUS_ERR_REMOTE,
-                                        "rank %d: shm: message from peer %d has %llu bytes, "
-                                        "the receive expects %zu", tp->rank, p->rank,
-                                        (unsigned long long)len, req->bytes));
+            chorus__tp_req_complete(
+                req, chorus__error(CHORUS_ERR_REMOTE,
+                                   "rank %d: shm: message from peer %d has %llu bytes, "
+                                   "the receive expects %zu",
+                                   tp->rank, p->rank, (unsigned long long)len, req->bytes));
         } else {
-            complete(req, CHORUS_SUCCESS);
+            chorus__tp_req_complete(req, CHORUS_SUCCESS);
         }
     }
     if (moved & SHM_RING_MOVED) shm_notify(p);
@@ -199,8 +166,10 @@ static chorus_status_t post_check(shm_tp_t *tp, int peer, const void *buf, size_
                              what, peer);
     }
     if (req == NULL || (buf == NULL && bytes > 0) || (uint64_t)bytes >= SHM_MSG_MAX) {
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: shm: %s with peer %d: bad "
-                             "arguments", tp->rank, what, peer);
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: shm: %s with peer %d: bad "
+                             "arguments",
+                             tp->rank, what, peer);
     }
     return CHORUS_SUCCESS;
 }
@@ -216,10 +185,11 @@ static chorus_status_t shm_isend(chorus_tp_t *tp_, int peer, const void *buf, si
     p = tp->by_rank[peer];
     chorus__tp_req_reset(req, peer, buf, bytes, SHM_REQ_SEND);
     if (p->failed != CHORUS_SUCCESS) {
-        complete(req, chorus__error(p->failed, "rank %d: shm: %s", tp->rank, p->why));
+        chorus__tp_req_complete(req,
+                                chorus__error(p->failed, "rank %d: shm: %s", tp->rank, p->why));
         return CHORUS_SUCCESS;
     }
-    enqueue(&p->sq_head, &p->sq_tail, req);
+    chorus__tp_queue_push(&p->sq_head, &p->sq_tail, req);
     /* Start at once when first in line: a small message is then done before the engine
      * comes back, which is most of the latency. */
     if (p->sq_head == req) peer_tx(tp, p);
@@ -237,10 +207,11 @@ static chorus_status_t shm_irecv(chorus_tp_t *tp_, int peer, void *buf, size_t b
     p = tp->by_rank[peer];
     chorus__tp_req_reset(req, peer, buf, bytes, SHM_REQ_RECV);
     if (p->failed != CHORUS_SUCCESS) {
-        complete(req, chorus__error(p->failed, "rank %d: shm: %s", tp->rank, p->why));
+        chorus__tp_req_complete(req,
+                                chorus__error(p->failed, "rank %d: shm: %s", tp->rank, p->why));
         return CHORUS_SUCCESS;
     }
-    enqueue(&p->rq_head, &p->rq_tail, req);
+    chorus__tp_queue_push(&p->rq_head, &p->rq_tail, req);
     if (p->rq_head == req) peer_rx(tp, p);
     return CHORUS_SUCCESS;
 }
