@@ -2,7 +2,7 @@
  * Private parts of the InfiniBand / RoCE verbs transport (lib/transport/ib). Everything
  * that does not need a NIC is pure C declared here and unit-tested without one
  * (tests/unit/test_ib_*.c): GID choice (ib_gid.c), credit-based flow control (ib_credit.c),
- * the registration cache (ib_regcache.c) and CHORUS_IB_HCA parsing (ib_dev.c). The verbs
+ * the registration cache (util/regcache.c) and CHORUS_IB_HCA parsing (ib_dev.c). The verbs
  * calls live in ib_tp.c and in ib_dev.c's device part, both only under CHORUS_HAVE_IBV.
  *
  * Data path (ib_tp.c). One RC queue pair per peer. Each rank registers one receive region
@@ -15,6 +15,7 @@
 #ifndef CHORUS_TRANSPORT_IB_H
 #define CHORUS_TRANSPORT_IB_H
 
+#include "util/regcache.h"
 #include "transport/transport.h"
 #include "util/status.h"
 
@@ -100,60 +101,6 @@ int ib_credit_rx_owed(const ib_credit_t *c);
 /* Receiver: the cumulative credit to send now (piggy-backed or explicit); it is then
  * counted as returned. */
 uint32_t ib_credit_rx_take(ib_credit_t *c);
-
-/* ---- Registration cache (ib_regcache.c) ---- */
-
-/* The registration calls, behind pointers so that tests need no NIC. reg returns 0 and
- * an opaque handle and keys, or -1 with errno set. */
-typedef struct {
-    int (*reg)(void *ctx, void *addr, size_t len, void **mr_p, uint32_t *lkey_p,
-               uint32_t *rkey_p);
-    void (*dereg)(void *ctx, void *mr);
-    void *ctx;
-} ib_regcache_ops_t;
-
-typedef struct ib_reg {
-    uintptr_t start, end; /* registered bytes [start, end), page aligned */
-    void *mr;
-    uint32_t lkey, rkey;
-    int refs;
-    int dead; /* invalidated while referenced: deregistered at the last put */
-    struct ib_reg *prev, *next; /* list in LRU order, most recently used first */
-} ib_reg_t;
-
-typedef struct ib_regcache ib_regcache_t;
-
-typedef struct {
-    uint64_t hits, misses, evictions, invalidations;
-    uint64_t bytes;   /* registered now */
-    unsigned entries; /* registered now */
-} ib_regcache_stats_t;
-
-chorus_status_t ib_regcache_create(const ib_regcache_ops_t *ops, size_t budget_bytes,
-                                   ib_regcache_t **rc_p);
-
-/* A referenced registration covering [addr, addr + len): a cached one that contains the
- * range (hit), else a new one of the range rounded out to pages, after evicting least
- * recently used unreferenced entries until the new one fits the byte budget (one larger
- * than the budget is still made: the budget bounds what is cached, not what is in use). */
-chorus_status_t ib_regcache_get(ib_regcache_t *rc, const void *addr, size_t len,
-                                ib_reg_t **reg_p);
-
-/* A cached registration containing the range, referenced, or NULL: never registers. */
-ib_reg_t *ib_regcache_find(ib_regcache_t *rc, const void *addr, size_t len);
-
-/* Drops a reference from get or find. */
-void ib_regcache_put(ib_regcache_t *rc, ib_reg_t *reg);
-
-/* The memory [addr, addr + len) is going away or changing mapping: every entry that
- * overlaps it is deregistered now, or at its last put if referenced, and is never
- * returned again. */
-void ib_regcache_invalidate(ib_regcache_t *rc, const void *addr, size_t len);
-
-void ib_regcache_stats(const ib_regcache_t *rc, ib_regcache_stats_t *stats_p);
-
-/* Deregisters everything (references left are a caller bug, logged). */
-void ib_regcache_destroy(ib_regcache_t *rc);
 
 /* ---- Devices (ib_dev.c) ---- */
 

@@ -25,7 +25,8 @@ static chorus_status_t stub_init(const chorus_tp_params_t *params, chorus_tp_t *
     (void)tp_p;
     return chorus__error(CHORUS_ERR_UNSUPPORTED,
                          "rank %d: ib: this Chorus was built without libibverbs (apt-get install "
-                         "libibverbs-dev, then rebuild)", params != NULL ? params->rank : -1);
+                         "libibverbs-dev, then rebuild)",
+                         params != NULL ? params->rank : -1);
 }
 
 static chorus_status_t stub_get_addr(chorus_tp_t *tp, void *blob, size_t *len_p)
@@ -110,12 +111,16 @@ chorus_status_t ib_hello_mac(const ib_tp_t *tp, int src, int dst, const uint8_t 
 
     memcpy(msg, "chorus-ib", 9);
     k = 9;
-    for (int i = 0; i < 8; i++) msg[k++] = (uint8_t)(tp->params.comm_id >> (8 * i));
-    for (int i = 0; i < 4; i++) msg[k++] = (uint8_t)((uint32_t)src >> (8 * i));
-    for (int i = 0; i < 4; i++) msg[k++] = (uint8_t)((uint32_t)dst >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        msg[k++] = (uint8_t)(tp->params.comm_id >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        msg[k++] = (uint8_t)((uint32_t)src >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        msg[k++] = (uint8_t)((uint32_t)dst >> (8 * i));
     memcpy(msg + k, nonce, 16);
     k += 16;
-    for (int i = 0; i < 4; i++) msg[k++] = (uint8_t)(src_qpn >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        msg[k++] = (uint8_t)(src_qpn >> (8 * i));
     if (HMAC(EVP_sha256(), tp->secret, CHORUS_SECRET_BYTES, msg, k, out, &out_len) == NULL ||
         out_len != IB_HELLO_MAC) {
         return chorus__error(CHORUS_ERR_INTERNAL, "rank %d: ib: HMAC-SHA256 failed", tp->rank);
@@ -132,8 +137,8 @@ static int regcache_reg(void *ctx, void *addr, size_t len, void **mr_p, uint32_t
     /* GPUDirect RDMA hook: a device buffer would be registered here through its dma-buf
      * (ibv_reg_dmabuf_mr with the fd the GPU plugin exports), not ibv_reg_mr. Not written:
      * the transport advertises host memory only (no CHORUS_TP_CAP_DEVICE_MEM). */
-    struct ibv_mr *mr = ibv_reg_mr(tp->pd, addr, len,
-                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    struct ibv_mr *mr =
+        ibv_reg_mr(tp->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 
     if (mr == NULL) return -1;
     *mr_p = mr;
@@ -151,8 +156,8 @@ static void regcache_dereg(void *ctx, void *mr)
 static chorus_status_t ib_reg_mem(chorus_tp_t *tp_, void *buf, size_t bytes, void **handle_p)
 {
     ib_tp_t *tp = (ib_tp_t *)tp_;
-    ib_reg_t *reg;
-    chorus_status_t status = ib_regcache_get(tp->regcache, buf, bytes, &reg);
+    chorus_reg_t *reg;
+    chorus_status_t status = chorus__regcache_get(tp->regcache, buf, bytes, &reg);
 
     if (status != CHORUS_SUCCESS) return chorus__error_context(status, "rank %d", tp->rank);
     *handle_p = reg;
@@ -162,13 +167,13 @@ static chorus_status_t ib_reg_mem(chorus_tp_t *tp_, void *buf, size_t bytes, voi
 static chorus_status_t ib_dereg_mem(chorus_tp_t *tp_, void *handle)
 {
     ib_tp_t *tp = (ib_tp_t *)tp_;
-    ib_reg_t *reg = handle;
+    chorus_reg_t *reg = handle;
 
     /* Nothing tells us when the memory is freed, and a registration of freed-then-reused
      * pages would send stale data: the last dereg drops the entry rather than caching it. */
-    if (reg->refs == 1) ib_regcache_invalidate(tp->regcache, (void *)reg->start,
-                                               reg->end - reg->start);
-    ib_regcache_put(tp->regcache, reg);
+    if (reg->refs == 1)
+        chorus__regcache_invalidate(tp->regcache, (void *)reg->start, reg->end - reg->start);
+    chorus__regcache_put(tp->regcache, reg);
     return CHORUS_SUCCESS;
 }
 
@@ -199,8 +204,8 @@ static chorus_status_t make_qp(ib_tp_t *tp, ib_peer_t *p)
     qa.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     if (ibv_modify_qp(p->qp, &qa,
                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno,
-                                   "rank %d: ib: QP for peer %d to INIT", tp->rank, p->rank);
+        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "rank %d: ib: QP for peer %d to INIT",
+                                   tp->rank, p->rank);
     }
     return CHORUS_SUCCESS;
 }
@@ -233,7 +238,7 @@ static chorus_status_t make_region(ib_tp_t *tp, size_t n, int access, uint8_t **
 
 static chorus_status_t make_verbs(ib_tp_t *tp)
 {
-    ib_regcache_ops_t rops = {regcache_reg, regcache_dereg, tp};
+    chorus_regcache_ops_t rops = {regcache_reg, regcache_dereg, tp, "ib"};
     chorus_status_t status;
     int flags;
 
@@ -260,7 +265,7 @@ static chorus_status_t make_verbs(ib_tp_t *tp)
     if (status != CHORUS_SUCCESS) return status;
     status = make_region(tp, tp->region_bytes, IBV_ACCESS_LOCAL_WRITE, &tp->tx_buf, &tp->tx_mr);
     if (status != CHORUS_SUCCESS) return status;
-    return ib_regcache_create(&rops, (size_t)1 << 30, &tp->regcache);
+    return chorus__regcache_create(&rops, (size_t)1 << 30, &tp->regcache);
 }
 
 static void ib_fini(chorus_tp_t *tp_);
@@ -277,8 +282,8 @@ static chorus_status_t ib_init(const chorus_tp_params_t *params, chorus_tp_t **t
     if (params->nranks > IB_MAX_RANKS) {
         return chorus__error(CHORUS_ERR_UNSUPPORTED,
                              "rank %d: ib: %d ranks; this version reaches at most %d (every QP "
-                             "number travels in the address blob)", params->rank, params->nranks,
-                             IB_MAX_RANKS);
+                             "number travels in the address blob)",
+                             params->rank, params->nranks, IB_MAX_RANKS);
     }
     tp = calloc(1, sizeof(*tp));
     if (tp == NULL) return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: ib: init", params->rank);
@@ -292,7 +297,8 @@ static chorus_status_t ib_init(const chorus_tp_params_t *params, chorus_tp_t **t
         free(tp);
         return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: ib: init", params->rank);
     }
-    for (int r = 0; r < tp->nranks; r++) tp->peers[r].rank = -1;
+    for (int r = 0; r < tp->nranks; r++)
+        tp->peers[r].rank = -1;
     CHORUS_CHECK_GOTO(ib_dev_open(tp->rank, &tp->dev), err);
     CHORUS_CHECK_GOTO(chorus__random_bytes(tp->nonce, sizeof(tp->nonce)), err);
     CHORUS_CHECK_GOTO(chorus__random_bytes(&tp->psn, sizeof(tp->psn)), err);
@@ -354,8 +360,9 @@ static chorus_status_t blob_check(const ib_tp_t *tp, const ib_blob_t *b, int pee
         b->slot_bytes != IB_SLOT_BYTES || b->roce != (uint8_t)tp->dev.roce) {
         return chorus__error(CHORUS_ERR_REMOTE,
                              "rank %d: ib: the address blob of peer %d does not match (rank %d, "
-                             "%d ranks, slots of %u bytes, %s)", tp->rank, peer, b->rank,
-                             b->nranks, b->slot_bytes, b->roce ? "RoCE" : "InfiniBand");
+                             "%d ranks, slots of %u bytes, %s)",
+                             tp->rank, peer, b->rank, b->nranks, b->slot_bytes,
+                             b->roce ? "RoCE" : "InfiniBand");
     }
     return CHORUS_SUCCESS;
 }
@@ -383,8 +390,8 @@ static chorus_status_t connect_peer(ib_tp_t *tp, ib_peer_t *p, const ib_blob_t *
         qa.ah_attr.grh.hop_limit = 64;
     }
     if (ibv_modify_qp(p->qp, &qa,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
         return chorus__error_errno(CHORUS_ERR_SYSTEM, errno,
                                    "rank %d: ib: QP to peer %d (QPN %u) to RTR", tp->rank, p->rank,
                                    qpn);
@@ -455,8 +462,8 @@ static chorus_status_t setup_wait(ib_tp_t *tp, uint64_t deadline_ns)
     }
 }
 
-static chorus_status_t ib_connect_all(chorus_tp_t *tp_, const uint8_t *peer_mask,
-                                      const void *blobs, uint64_t deadline_ns)
+static chorus_status_t ib_connect_all(chorus_tp_t *tp_, const uint8_t *peer_mask, const void *blobs,
+                                      uint64_t deadline_ns)
 {
     ib_tp_t *tp = (ib_tp_t *)tp_;
     chorus_status_t status;
@@ -499,7 +506,7 @@ static void ib_fini(chorus_tp_t *tp_)
     for (int r = 0; r < tp->nranks; r++) {
         if (tp->peers[r].qp != NULL) ibv_destroy_qp(tp->peers[r].qp);
     }
-    ib_regcache_destroy(tp->regcache);
+    chorus__regcache_destroy(tp->regcache);
     if (tp->rx_mr != NULL) ibv_dereg_mr(tp->rx_mr);
     if (tp->tx_mr != NULL) ibv_dereg_mr(tp->tx_mr);
     free(tp->rx_buf);

@@ -92,13 +92,13 @@ typedef struct {
     ib_credit_t cr;
     uint64_t remote_addr; /* our slots in its receive region */
     uint32_t rkey;
-    uint32_t remote_qpn;  /* its QP for us: named in its hello's proof */
-    uint8_t nonce[16];    /* its nonce: our hello proves the secret against it */
-    int verified;         /* its hello proved the secret */
+    uint32_t remote_qpn; /* its QP for us: named in its hello's proof */
+    uint8_t nonce[16];   /* its nonce: our hello proves the secret against it */
+    int verified;        /* its hello proved the secret */
     int hello_sent;
-    int sq_posted;        /* work requests on the send queue not completed yet */
+    int sq_posted;              /* work requests on the send queue not completed yet */
     uint8_t tx_busy[IB_NSLOTS]; /* staging slot still being written from */
-    uint64_t rx_skip;     /* payload bytes left of a message its receive refused */
+    uint64_t rx_skip;           /* payload bytes left of a message its receive refused */
     uint64_t last_ping_ns;
     chorus_tp_req_t *sq_head, *sq_tail;
     chorus_tp_req_t *rq_head, *rq_tail;
@@ -125,7 +125,7 @@ typedef struct {
     size_t region_bytes;
     ib_peer_t *peers; /* nranks entries */
     int npeers;
-    ib_regcache_t *regcache; /* reg_mem / dereg_mem */
+    chorus_regcache_t *regcache; /* reg_mem / dereg_mem */
     int connected;
     struct ibv_wc stash[IB_STASH]; /* completions wait() polled, for progress() */
     int nstash;
@@ -148,8 +148,8 @@ chorus_status_t ib_hello_mac(const ib_tp_t *tp, int src, int dst, const uint8_t 
                              uint32_t src_qpn, uint8_t out[IB_HELLO_MAC]);
 
 /* Data path (ib_tp_data.c). */
-chorus_status_t ib_peer_fail(ib_tp_t *tp, ib_peer_t *p, chorus_status_t status,
-                             const char *fmt, ...) CHORUS_PRINTF(4, 5);
+chorus_status_t ib_peer_fail(ib_tp_t *tp, ib_peer_t *p, chorus_status_t status, const char *fmt,
+                             ...) CHORUS_PRINTF(4, 5);
 chorus_status_t ib_post_recv(ib_tp_t *tp, ib_peer_t *p);
 chorus_status_t ib_send_hello(ib_tp_t *tp, ib_peer_t *p);
 /* Polls and handles completions; the one place where fragments are taken in. */
