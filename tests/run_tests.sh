@@ -173,16 +173,23 @@ run_mp() {
     done
     matrix 6 tcp auto -- --large 0
     # CHORUS_TRANSPORT=ucx (issue 7) over UCX's tcp and over its shared memory alone: the
-    # whole matrix on 2 and 4 ranks, each algorithm on 3, a mismatch. The transport contract
-    # suite over ucx is unit/test_transport_ucx; the emulated cluster is
+    # whole matrix on 2 and 4 ranks, each algorithm on 3, on 4 over the RMA rendezvous, a
+    # mismatch on each path. The transport contract suite over ucx is unit/test_transport_ucx
+    # (the RMA path and the registration cache: unit/test_ucx_rma); the emulated cluster is
     # tests/cluster/test_cluster_ucx.sh.
     if pkg-config --exists ucx 2>/dev/null; then
         for tls in tcp sm,self; do
             for n in 2 4; do matrix "$n" ucx auto UCX_TLS="$tls"; done
             for algo in ring tree rd; do matrix 3 ucx "$algo" UCX_TLS="$tls" -- --quick; done
+            # The whole matrix again with large messages on the RMA rendezvous (ucx_rma.c).
+            matrix 4 ucx auto UCX_TLS="$tls" CHORUS_UCX_RMA_MIN=64K
         done
         run_test "mp/mismatch n=2 transport=ucx count" env CHORUS_TRANSPORT=ucx UCX_TLS=tcp \
             CHORUS_ALGO=ring CHORUS_TIMEOUT=3 "$CHORUSRUN" -n 2 --timeout 60 -- \
+            "$BUILD/tests/mp_mismatch" --case count
+        run_test "mp/mismatch n=2 transport=ucx count CHORUS_UCX_RMA_MIN=64K" env \
+            CHORUS_TRANSPORT=ucx UCX_TLS=tcp CHORUS_UCX_RMA_MIN=64K CHORUS_ALGO=ring \
+            CHORUS_TIMEOUT=3 "$CHORUSRUN" -n 2 --timeout 60 -- \
             "$BUILD/tests/mp_mismatch" --case count
     else
         report SKIP "mp/coll_matrix transport=ucx" "0.0" \

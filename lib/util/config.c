@@ -74,6 +74,8 @@ static const chorus_config_entry_t config_table[] = {
      "ib device[:port] list: mlx5_0:1,mlx5_1 (prefixes), =exact, ^exclude (default: first active)"},
     {"CHORUS_IB_GID_INDEX", CHORUS_CFG_INT, NULL,
      "RoCE GID index to use (default: routable IPv4-mapped RoCE v2 GID, else IPv6 global)"},
+    {"CHORUS_UCX_RMA_MIN", CHORUS_CFG_SIZE, "0",
+     "ucx: messages of at least this many bytes go by receiver-driven RMA put (0: never)"},
 };
 
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))

@@ -31,6 +31,7 @@
 
 #include "util/auth.h"
 #include "util/clock.h"
+#include "util/config.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -108,7 +109,9 @@ static chorus_status_t ucx_open(ucx_tp_t *tp)
     memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
                         UCP_PARAM_FIELD_REQUEST_INIT | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    /* RMA only when the rendezvous may use it: a context without it needs no RMA lanes. */
     params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    if (tp->rma_min > 0) params.features |= UCP_FEATURE_RMA;
     params.request_size = sizeof(ucx_slot_t);
     params.request_init = ucx_request_init;
     params.mt_workers_shared = 0;
@@ -204,9 +207,11 @@ static chorus_status_t ucx_init(const chorus_tp_params_t *params, chorus_tp_t **
         tp->peers[p].tp = tp;
         tp->peers[p].rank = p;
     }
+    tp->rma_min = (size_t)chorus__config_size("CHORUS_UCX_RMA_MIN", 0);
     CHORUS_CHECK_GOTO(chorus__random_bytes(tp->nonce, sizeof(tp->nonce)), err_ctx);
     CHORUS_CHECK_GOTO(ucx_open(tp), err_ctx);
     CHORUS_CHECK_GOTO(ucx_make_blob(tp), err_close);
+    CHORUS_CHECK_GOTO(chorus__ucx_mem_init(tp), err_close);
     *tp_p = (chorus_tp_t *)tp;
     return CHORUS_SUCCESS;
 
@@ -431,8 +436,11 @@ static void ucx_detach_all(ucx_tp_t *tp)
 {
     tp->closing = 1;
     for (int p = 0; p < tp->nranks; p++) {
-        for (ucx_slot_t *s = tp->peers[p].head; s != NULL; s = s->next)
+        for (ucx_slot_t *s = tp->peers[p].head; s != NULL; s = s->next) {
             s->req = NULL;
+            if (s->reg != NULL) chorus__ucx_mem_put(tp, s->reg);
+            s->reg = NULL;
+        }
     }
     for (int p = 0; p < tp->nranks; p++) {
         while (tp->peers[p].head != NULL) {
@@ -500,6 +508,9 @@ static void ucx_fini(chorus_tp_t *tpv)
     if (tp == NULL) return;
     ucx_detach_all(tp);
     ucx_close_eps(tp);
+    /* Remote keys belong to the worker and registrations to the context: both go first. */
+    chorus__ucx_rma_free_all(tp);
+    chorus__ucx_mem_fini(tp);
     ucp_worker_destroy(tp->worker);
     ucp_cleanup(tp->context);
     OPENSSL_cleanse(tp->secret, sizeof(tp->secret));
@@ -518,8 +529,8 @@ const chorus_tp_ops_t chorus__tp_ucx_ops = {
     .irecv = chorus__ucx_irecv,
     .progress = chorus__ucx_progress,
     .wait = chorus__ucx_wait,
-    .reg_mem = NULL,
-    .dereg_mem = NULL,
+    .reg_mem = chorus__ucx_reg_mem,
+    .dereg_mem = chorus__ucx_dereg_mem,
     .fini = ucx_fini,
 };
 
