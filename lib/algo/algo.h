@@ -48,6 +48,22 @@ typedef struct {
     const int *ring_order;
 } chorus_coll_args_t;
 
+/* One rank's place in a binary tree of lib/algo/tree.c. */
+typedef struct {
+    int parent;   /* rank, -1 at the root */
+    int child[2]; /* ranks, -1 when absent */
+} chorus_tree_node_t;
+
+/* The node of rank in a tree of the tree algorithms over n ranks. tree 0 and 1: the two
+ * trees of the double binary tree allreduce (root is ignored); tree 2: the tree of
+ * broadcast and reduce, rooted at root. With ring_order (a permutation, checked by the
+ * caller) the trees are built over positions in it instead of ranks, so that a host's
+ * ranks, contiguous there, form subtrees and few tree edges cross hosts; host_of (may be
+ * NULL) then lets tree 2 start its labels at the boundary of the root's host rather than
+ * at the root. NULL ring_order: rank order, as without a topology. Pure. */
+chorus_tree_node_t chorus__algo_tree_node(int n, const int *ring_order, const int *host_of,
+                                          int tree, int root, int rank);
+
 /* Nonzero if algo implements coll. */
 int chorus__algo_supports(chorus_algo_t algo, chorus_coll_t coll);
 

@@ -11,8 +11,11 @@
  * slices (the first count % M one element longer). A host with m ranks gives local rank i
  * the contiguous block of slices [i M / m, (i + 1) M / m), its segment; so hosts with fewer
  * ranks let some ranks hold several slices, and every host cuts at the same boundaries,
- * which the per-slice inter-host rings need. Ranks of a host are ordered by rank number;
- * they need not be contiguous. Hosts are ordered by index, which gives the inter-host ring.
+ * which the per-slice inter-host rings need. Ranks of a host are ordered by their position
+ * in args->ring_order when given (lib/topo's order: NUMA nodes grouped, the ranks near the
+ * NIC first and last, so local rank 0, which holds the first slices, is NIC-near and the
+ * intra-host ring crosses between sockets twice), else by rank number; they need not be
+ * contiguous. Hosts are ordered by index, which gives the inter-host ring.
  *
  * Bitwise identical results: an element's intra-host partial is reduced along a fixed
  * ring path (fixed by its segment, not by who computes it), its inter-host reduction is
@@ -34,6 +37,7 @@
  */
 #include "algo/algo.h"
 
+#include "topo/topo.h"
 #include "util/status.h"
 
 #include <stdlib.h>
@@ -59,7 +63,7 @@ typedef struct {
     int me;       /* this rank's index among them */
     int maxm;     /* M: ranks on the most populated host, the number of slices */
     int *first;   /* host h's ranks are byhost[first[h] .. first[h + 1]) */
-    int *byhost;  /* every rank, grouped by host, by rank within a host */
+    int *byhost;  /* every rank, grouped by host, in ring order within one */
     uint64_t chunk;
 } hier_t;
 
@@ -297,13 +301,22 @@ static chorus_status_t hier_map(const chorus_coll_args_t *a, hier_t *h_p)
 {
     int n = a->nranks, nh = a->host_of != NULL && a->nhosts > 1 ? a->nhosts : 1;
     int *first = calloc((size_t)nh + 2, sizeof(*first)), *byhost = malloc((size_t)n * sizeof(int));
-    int r, g, host = 0, pos = 0, maxm = 0;
+    int i, r, g, host = 0, pos = 0, maxm = 0;
     chorus_status_t status;
 
     if (first == NULL || byhost == NULL) {
         status = chorus__error(CHORUS_ERR_NO_MEMORY,
                                "rank %d: hier: no memory for the host map of %d ranks", a->rank, n);
         goto err_free;
+    }
+    /* A bad order would make ranks disagree on who talks to whom, a hang. byhost serves as
+     * the inverse's scratch until it is filled below. */
+    if (a->ring_order != NULL) {
+        status = chorus__topo_order_invert(n, a->ring_order, byhost);
+        if (status != CHORUS_SUCCESS) {
+            chorus__error_context(status, "rank %d: hier", a->rank);
+            goto err_free;
+        }
     }
     for (r = 0; r < n; r++) {
         g = nh > 1 ? a->host_of[r] : 0;
@@ -315,10 +328,12 @@ static chorus_status_t hier_map(const chorus_coll_args_t *a, hier_t *h_p)
         }
         first[g + 2]++;
     }
-    /* Counting sort: after the prefix sums first[g + 1] is host g's start; placing a rank
-     * advances it, so that afterwards first[g] is host g's start and first[g + 1] its end. */
+    /* Counting sort, stable in ring order: after the prefix sums first[g + 1] is host g's
+     * start; placing a rank advances it, so that afterwards first[g] is host g's start and
+     * first[g + 1] its end. */
     for (g = 0; g < nh; g++) first[g + 2] += first[g + 1];
-    for (r = 0; r < n; r++) {
+    for (i = 0; i < n; i++) {
+        r = a->ring_order != NULL ? a->ring_order[i] : i;
         g = nh > 1 ? a->host_of[r] : 0;
         if (r == a->rank) {
             host = g;

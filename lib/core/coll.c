@@ -205,8 +205,10 @@ chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *c
     args.root = call->root;
     args.host_of = comm->host_of;
     args.nhosts = comm->nhosts;
-    /* Same-host ranks adjacent in the ring (the ring crosses each host boundary once). */
-    args.ring_order = comm->nhosts > 1 ? comm->ring_order : NULL;
+    /* The topology's order for every algorithm that uses one: the ring crosses each host
+     * boundary once, trees keep a host's ranks in subtrees, hier leads with NIC-near ranks.
+     * One host too: there the order groups NUMA nodes, so the ring crosses sockets twice. */
+    args.ring_order = comm->ring_order;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
     if (algo == CHORUS_ALGO_ARENA) return coll_run_arena(comm, call, op, what);
     args.chunk_count = chorus__select_chunk_count(comm, call->coll, algo,

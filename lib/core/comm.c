@@ -16,6 +16,7 @@
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/pci.h"
 #include "util/status.h"
 
 #include <sched.h>
@@ -43,6 +44,8 @@ typedef struct {
     int32_t nranks;
     int32_t pid;
     int32_t mode; /* core_mode_t: every rank must ask for the same */
+    int32_t numa;     /* NUMA node of the CPU the rank runs on; -1 unknown */
+    int32_t nic_numa; /* NUMA node of the NIC carrying its traffic; -1 unknown */
 } core_peer_info_t;
 
 /* A transport's address blob as exchanged: a status first, so that a rank whose transport
@@ -200,7 +203,7 @@ static chorus_status_t core_plan_peers(chorus_comm_t comm, core_peer_info_t *inf
 {
     core_peer_info_t *me = &infos[comm->rank];
     chorus_status_t status;
-    int p, q;
+    int p, q, numa, nic_numa;
 
     memset(me, 0, sizeof *me);
     core_host_identity(me->host, sizeof me->host);
@@ -208,6 +211,9 @@ static chorus_status_t core_plan_peers(chorus_comm_t comm, core_peer_info_t *inf
     me->nranks = comm->nranks;
     me->pid = (int32_t)getpid();
     me->mode = (int32_t)mode;
+    chorus__topo_local_numa(&numa, &nic_numa);
+    me->numa = numa;
+    me->nic_numa = nic_numa;
     status = chorus__bootstrap_allgather(comm->bs, infos, sizeof *infos);
     if (status != CHORUS_SUCCESS)
         return chorus__error_context(status, "chorus_comm_init: rank %d: exchanging peer info",
@@ -277,6 +283,48 @@ static int core_kind_used(const core_peer_info_t *infos, int nranks, core_mode_t
     return 0;
 }
 
+/* The NICs nearest to this rank's current GPU, for a transport that picks among several
+ * (chorus_tp_params_t.nic_preference), malloc'ed; NULL when there is nothing to prefer:
+ * CHORUS_IB_HCA set (the admin chose), no GPU or a plugin that cannot name its PCI address,
+ * or a topology that does not place the GPU. Only a refinement of the NIC choice: a failure
+ * is said at info level and communicator creation goes on. */
+static char *core_nic_preference(chorus_comm_t comm)
+{
+    const char *hca = chorus__config_str("CHORUS_IB_HCA");
+    const chorus_gpu_ops_t *gpu = comm->gpu_ops;
+    char bus[64], host[CHORUS_TOPO_NAME_MAX] = "";
+    const chorus_topo_host_t *h;
+    chorus_topo_t *topo = NULL;
+    char *pref = NULL;
+    int dev = -1;
+
+    if ((hca != NULL && hca[0] != '\0') || gpu == NULL || gpu->pci_bus_id == NULL) return NULL;
+    if (gpu->get_device(&dev) != CHORUS_SUCCESS ||
+        gpu->pci_bus_id(dev, bus, sizeof bus) != CHORUS_SUCCESS) {
+        CHORUS_INFO("core", "rank %d: no PCI address for the current GPU (%s): no NIC "
+                    "preference", comm->rank, gpu->last_error());
+        return NULL;
+    }
+    if (chorus__topo_local(&topo) != CHORUS_SUCCESS) {
+        CHORUS_INFO("core", "rank %d: no topology to pair GPU %s with a NIC (%s)", comm->rank,
+                    bus, chorus_last_error());
+        return NULL;
+    }
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    h = chorus__topo_find_host(topo, host);
+    if (h != NULL && h->nnics > 0)
+        pref = malloc((size_t)h->nnics * CHORUS_PCI_BUSID_MAX);
+    if (pref != NULL && chorus__topo_nic_preference(h, bus, pref, (size_t)h->nnics *
+                                                    CHORUS_PCI_BUSID_MAX) <= 0) {
+        free(pref);
+        pref = NULL;
+    }
+    CHORUS_INFO("core", "rank %d: GPU %s: NIC preference %s", comm->rank, bus,
+                pref != NULL ? pref : "none (the topology lists no such GPU or no NIC address)");
+    chorus__topo_free(topo);
+    return pref;
+}
+
 /* Starts the transport, exchanges address blobs and connects to the peers of kind. */
 static chorus_status_t core_connect_kind(chorus_comm_t comm, const chorus_tp_ops_t *ops,
                                          chorus_peer_kind_t kind)
@@ -287,6 +335,7 @@ static chorus_status_t core_connect_kind(chorus_comm_t comm, const chorus_tp_ops
     core_blob_rec_t *recs = NULL;
     uint8_t *mask = NULL, *blobs = NULL;
     chorus_tp_t *tp = NULL;
+    char *pref;
     size_t len = CHORUS_TP_BLOB_MAX;
     int p, npeers = 0;
 
@@ -311,7 +360,10 @@ static chorus_status_t core_connect_kind(chorus_comm_t comm, const chorus_tp_ops
         params.timeout_s = comm->timeout_s;
         params.abort_flag = &comm->abort_flag;
         params.listen_addr = chorus__bootstrap_local_addr(comm->bs);
+        pref = kind == CHORUS_PEER_IB ? core_nic_preference(comm) : NULL;
+        params.nic_preference = pref;
         local = ops->init(&params, &tp);
+        free(pref);
         if (local == CHORUS_SUCCESS) local = ops->get_addr(tp, recs[comm->rank].blob, &len);
         if (local != CHORUS_SUCCESS)
             chorus__error_context(local, "chorus_comm_init: rank %d: starting %s", comm->rank,
@@ -384,6 +436,37 @@ static chorus_status_t core_arena_create(chorus_comm_t comm)
     return chorus__arena_create(&params, &comm->arena);
 }
 
+/* The ring order of lib/topo from the exchanged infos, the same on every rank: hosts
+ * contiguous, NUMA nodes grouped within a host, the ranks near the host's NIC at both ends
+ * of its stretch. A host's NIC node is its first rank's (ranks of a host normally share
+ * one interface; one answer per host keeps the order well defined if they do not). */
+static chorus_status_t core_ring_order(chorus_comm_t comm, const core_peer_info_t *infos)
+{
+    int *numa_of = malloc((size_t)comm->nranks * sizeof *numa_of);
+    int *nic_numa = malloc((size_t)comm->nhosts * sizeof *nic_numa);
+    chorus_status_t status;
+    int p;
+
+    if (numa_of == NULL || nic_numa == NULL) {
+        status = chorus__error(CHORUS_ERR_NO_MEMORY, "chorus_comm_init: rank %d: no memory",
+                               comm->rank);
+        goto out;
+    }
+    for (p = 0; p < comm->nhosts; p++) nic_numa[p] = -1;
+    for (p = comm->nranks - 1; p >= 0; p--) {
+        numa_of[p] = infos[p].numa;
+        nic_numa[comm->host_of[p]] = infos[p].nic_numa;
+    }
+    status = chorus__topo_ring_order(comm->nranks, comm->host_of, comm->nhosts, numa_of,
+                                     nic_numa, comm->ring_order);
+    if (status != CHORUS_SUCCESS)
+        chorus__error_context(status, "chorus_comm_init: rank %d: ring order", comm->rank);
+out:
+    free(nic_numa);
+    free(numa_of);
+    return status;
+}
+
 static chorus_status_t core_connect(chorus_comm_t comm)
 {
     core_peer_info_t *infos;
@@ -397,9 +480,7 @@ static chorus_status_t core_connect(chorus_comm_t comm)
         return chorus__error(CHORUS_ERR_NO_MEMORY, "chorus_comm_init: rank %d: no memory",
                              comm->rank);
     CHORUS_CHECK_GOTO(core_plan_peers(comm, infos, mode), out);
-    CHORUS_CHECK_GOTO(chorus__topo_ring_order(comm->nranks, comm->host_of, comm->nhosts, NULL,
-                                              NULL, comm->ring_order),
-                      out);
+    CHORUS_CHECK_GOTO(core_ring_order(comm, infos), out);
     core_wait_policy(comm, infos);
     /* Every rank connects shm before tcp, so that no rank waits in one transport's setup
      * for a peer that is busy in the other's. */

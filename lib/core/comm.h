@@ -61,7 +61,9 @@ struct chorus_comm {
      * ranks in rank order (local_ranks[local_index] == rank). */
     int *host_of;    /* nranks entries */
     int *local_ranks; /* nlocal entries */
-    int *ring_order;  /* nranks: lib/topo's ring over host_of, fixed at creation */
+    /* nranks: lib/topo's ring over host_of and the NUMA nodes the ranks exchanged at
+     * creation (hosts contiguous, NIC-near ranks at a host's ends); the same everywhere. */
+    int *ring_order;
     int nlocal;
     int local_index;
     /* Single-host collectives through a shared arena (lib/arena); NULL when the comm

@@ -32,7 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHORUS_GPU_ABI_VERSION 1
+/* 2: pci_bus_id appended. A plugin answers only the version it was built for, so a table
+ * never has fewer fields than the library reads. */
+#define CHORUS_GPU_ABI_VERSION 2
 #define CHORUS_GPU_IPC_HANDLE_BYTES 64 /* == sizeof(cudaIpcMemHandle_t) */
 
 /* The symbol every plugin exports: `const chorus_gpu_ops_t *chorus_gpu_plugin(int abi)`,
@@ -102,6 +104,11 @@ typedef struct chorus_gpu_ops {
     chorus_status_t (*ipc_get_handle)(void *base, void *handle /* IPC_HANDLE_BYTES */);
     chorus_status_t (*ipc_open)(const void *handle, void **p);
     chorus_status_t (*ipc_close)(void *p);
+
+    /* The PCI address of device ("0000:17:00.0", as cudaDeviceGetPCIBusId writes it) into
+     * buf of len bytes. May be NULL (a plugin that cannot tell): callers that pair a GPU
+     * with its nearest NIC then do without. */
+    chorus_status_t (*pci_bus_id)(int device, char *buf, size_t len);
 } chorus_gpu_ops_t;
 
 typedef const chorus_gpu_ops_t *(*chorus_gpu_plugin_fn)(int abi_version);

@@ -93,3 +93,20 @@ int chorus__topo_ring_crossings(int n, const int *host_of, const int *order)
         crossings += host_of[order[i]] != host_of[order[(i + 1) % n]];
     return crossings;
 }
+
+chorus_status_t chorus__topo_order_invert(int n, const int *order, int *pos)
+{
+    int i;
+
+    for (i = 0; i < n; i++) pos[i] = -1;
+    for (i = 0; i < n; i++) {
+        int r = order[i];
+
+        if (r < 0 || r >= n || pos[r] >= 0)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                                 "topo: order[%d] = %d is not a permutation of 0..%d", i, r,
+                                 n - 1);
+        pos[r] = i;
+    }
+    return CHORUS_SUCCESS;
+}

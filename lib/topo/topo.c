@@ -6,6 +6,7 @@
 
 #include "util/config.h"
 #include "util/log.h"
+#include "util/pci.h"
 #include "util/status.h"
 
 #include <stdlib.h>
@@ -149,6 +150,54 @@ int chorus__topo_nearest_nic(const chorus_topo_host_t *h, int gpu)
         }
     }
     return best;
+}
+
+/* Nonzero if NIC a of h goes before NIC b for the GPU g: nearer, else faster, else first. */
+static int topo_nic_before(const chorus_topo_host_t *h, const chorus_topo_dev_t *g, int a, int b)
+{
+    int da = chorus__topo_dev_distance(g, &h->nics[a]);
+    int db = chorus__topo_dev_distance(g, &h->nics[b]);
+
+    if (da != db) return da < db;
+    if (h->nics[a].speed_mbps != h->nics[b].speed_mbps)
+        return h->nics[a].speed_mbps > h->nics[b].speed_mbps;
+    return a < b;
+}
+
+int chorus__topo_nic_preference(const chorus_topo_host_t *h, const char *gpu_bus, char *buf,
+                                size_t len)
+{
+    const chorus_topo_dev_t *g = NULL;
+    size_t used = 0;
+    int i, listed = 0;
+
+    if (len > 0) buf[0] = '\0';
+    for (i = 0; h != NULL && g == NULL && i < h->ngpus; i++)
+        if (chorus__pci_bus_id_equal(h->gpus[i].bus_id, gpu_bus)) g = &h->gpus[i];
+    if (g == NULL) return 0;
+    /* A selection pass per place: hosts have a handful of NICs, and nothing is allocated. */
+    for (int prev = -1;; listed++) {
+        char canon[CHORUS_PCI_BUSID_MAX];
+        int next = -1;
+        size_t need;
+
+        for (i = 0; i < h->nnics; i++) {
+            if (chorus__pci_bus_id_canon(h->nics[i].bus_id, canon) != 0) continue;
+            if (prev >= 0 && !topo_nic_before(h, g, prev, i)) continue;
+            if (next < 0 || topo_nic_before(h, g, i, next)) next = i;
+        }
+        if (next < 0) break;
+        chorus__pci_bus_id_canon(h->nics[next].bus_id, canon);
+        need = strlen(canon) + (listed > 0);
+        if (used + need >= len) {
+            if (len > 0) buf[0] = '\0';
+            return -1;
+        }
+        snprintf(buf + used, len - used, "%s%s", listed > 0 ? "," : "", canon);
+        used += need;
+        prev = next;
+    }
+    return listed;
 }
 
 int chorus__topo_gpu_numa(const chorus_topo_host_t *h, int gpu)

@@ -95,6 +95,15 @@ int chorus__topo_dev_distance(const chorus_topo_dev_t *a, const chorus_topo_dev_
 /* Index of the NIC nearest to GPU gpu of h (ties: the fastest, then the first); -1 when h
  * has no NIC or gpu is out of range. */
 int chorus__topo_nearest_nic(const chorus_topo_host_t *h, int gpu);
+/* The PCI addresses of h's NICs, nearest to the GPU at PCI address gpu_bus first, as
+ * chorus_tp_params_t.nic_preference wants them: by chorus__topo_dev_distance (same PCI
+ * switch, then same NUMA node, then across), ties to the faster NIC, then h's order.
+ * Comma-separated in canonical form (util/pci.h) into buf of len bytes; NICs of unknown or
+ * malformed address are left out. Pure. Returns how many it listed: 0 (and "") when h is
+ * NULL, lists no GPU at gpu_bus (any spelling) or no NIC of known address; -1 (and "")
+ * when len is too small, which CHORUS_PCI_BUSID_MAX bytes per NIC never is. */
+int chorus__topo_nic_preference(const chorus_topo_host_t *h, const char *gpu_bus, char *buf,
+                                size_t len);
 /* The NUMA node a rank of host h is near: its GPU's when gpu >= 0 and known, else -1. */
 int chorus__topo_gpu_numa(const chorus_topo_host_t *h, int gpu);
 /* The NUMA node of h's best NIC (the fastest, then the first); -1 if none or unknown. */
@@ -110,6 +119,24 @@ chorus_status_t chorus__topo_discover(chorus_topo_t **topo_p);
 chorus_status_t chorus__topo_local(chorus_topo_t **topo_p);
 /* hwloc discovery into h (topo_hwloc.c); CHORUS_ERR_UNSUPPORTED without hwloc. */
 chorus_status_t chorus__topo_discover_hwloc(chorus_topo_host_t *h);
+
+/* ---- Local facts (local.c; sysfs and procfs, a few small reads each) ---- */
+
+/* The NUMA node of the CPU the calling thread runs on now; -1 if unknown. */
+int chorus__topo_cpu_numa(void);
+/* The NUMA node of PCI device bus_id ("0000:17:00.0"); -1 if unknown. */
+int chorus__topo_pci_numa(const char *bus_id);
+/* The NUMA node of network interface ifname (an exact name, else the first interface it
+ * is a prefix of, as CHORUS_SOCKET_IFNAME matches); -1 if virtual or unknown. */
+int chorus__topo_if_numa(const char *ifname);
+/* The interface that carries this process's traffic: CHORUS_SOCKET_IFNAME as written, else
+ * the IPv4 default route's. 0 and the name in buf, or -1. */
+int chorus__topo_net_ifname(char *buf, size_t len);
+/* What communicator creation exchanges about a rank: *numa_p the node of the CPU it runs
+ * on, *nic_numa_p the node of the interface carrying its traffic (chorus__topo_net_ifname).
+ * With CHORUS_TOPO_FILE set, the file's NIC of that name (else its best NIC) on this host
+ * gives the NIC's node, for VMs whose sysfs is wrong. -1 where unknown; never fails. */
+void chorus__topo_local_numa(int *numa_p, int *nic_numa_p);
 
 /* ---- JSON (topo_json.c; schema: docs/topology.schema.json) ---- */
 
@@ -136,6 +163,9 @@ chorus_status_t chorus__topo_dump(const chorus_topo_t *t, const char *path);
  */
 chorus_status_t chorus__topo_ring_order(int n, const int *host_of, int nhosts,
                                         const int *numa_of, const int *nic_numa, int *order);
+/* Checks that order is a permutation of 0..n-1 and writes its inverse: pos[order[i]] = i.
+ * CHORUS_ERR_INVALID_ARGUMENT names the first bad entry; pos is then undefined. */
+chorus_status_t chorus__topo_order_invert(int n, const int *order, int *pos);
 /* How many ring edges order[i] -> order[i + 1 mod n] join ranks of different hosts. */
 int chorus__topo_ring_crossings(int n, const int *host_of, const int *order);
 

@@ -117,6 +117,12 @@ typedef struct {
     const atomic_int *abort_flag;
     /* The address to listen on (from bootstrap, the interface that reaches the root). */
     const void *listen_addr; /* struct sockaddr_storage *, port ignored */
+    /* The NICs to prefer, as PCI bus ids nearest first, comma-separated ("0000:1a:00.0,
+     * 0000:9a:00.0" without the space); NULL or "" for no preference. The core computes it
+     * from the topology (lib/topo) for the rank's current GPU; transports that choose among
+     * several NICs honour it below any explicit setting (CHORUS_IB_HCA), others ignore it.
+     * Valid during init only: a transport that wants it later copies it. */
+    const char *nic_preference;
 } chorus_tp_params_t;
 
 typedef struct chorus_tp chorus_tp_t; /* each transport defines its own */

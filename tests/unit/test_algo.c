@@ -687,6 +687,31 @@ static void test_ops(void **state)
                 }
 }
 
+/* A float32 allreduce case: every rank must hold the very same bits, and they must be a
+ * sum. */
+static void check_float_allreduce(const tc_t *t)
+{
+    trank_t *ranks = run_case(t);
+    uint64_t i;
+    int r, q;
+
+    for (r = 1; r < t->n; r++)
+        if (memcmp(ranks[r].recv, ranks[0].recv, t->count * 4) != 0)
+            fail_msg("%s n=%d %s%s: rank %d's float result differs from rank 0's",
+                     chorus__algo_name(t->algo), t->n, t->inplace ? "in-place" : "oop",
+                     test_ring_order != NULL ? " (ring order)" : "", r);
+    for (i = 0; i < t->count; i++) {
+        double want = 0;
+        float got;
+        for (q = 0; q < t->n; q++) want += 1.0 / (double)(q + 1) + (double)i * 1e-3;
+        memcpy(&got, ranks[0].recv + i * 4, 4);
+        if (fabs(got - want) > 1e-4 * fabs(want))
+            fail_msg("float sum %llu: %g, expected %g", (unsigned long long)i, (double)got,
+                     want);
+    }
+    free_ranks(t, ranks);
+}
+
 /* Float allreduce: every rank must hold the very same bits, and they must be a sum. */
 static void test_float_bitwise(void **state)
 {
@@ -702,26 +727,116 @@ static void test_float_bitwise(void **state)
             for (ip = 0; ip < 2; ip++) {
                 tc_t t = {algos[a], CHORUS_COLL_ALLREDUCE, sizes[si], 1001, 0, 17, ip,
                           CHORUS_FLOAT32, CHORUS_SUM, 2};
-                trank_t *ranks;
-                uint64_t i;
-                int r, q;
-
-                ranks = run_case(&t);
-                for (r = 1; r < t.n; r++)
-                    if (memcmp(ranks[r].recv, ranks[0].recv, t.count * 4) != 0)
-                        fail_msg("%s n=%d %s: rank %d's float result differs from rank 0's",
-                                 chorus__algo_name(algos[a]), t.n, ip ? "in-place" : "oop", r);
-                for (i = 0; i < t.count; i++) {
-                    double want = 0;
-                    float got;
-                    for (q = 0; q < t.n; q++) want += 1.0 / (double)(q + 1) + (double)i * 1e-3;
-                    memcpy(&got, ranks[0].recv + i * 4, 4);
-                    if (fabs(got - want) > 1e-4 * fabs(want))
-                        fail_msg("float sum %llu: %g, expected %g", (unsigned long long)i,
-                                 (double)got, want);
-                }
-                free_ranks(&t, ranks);
+                check_float_allreduce(&t);
             }
+}
+
+/* Edges of one tree (tree 0/1 of the allreduce, 2: rooted at root) that join ranks of
+ * different hosts, after checking that the nodes make one tree: one root, and every
+ * parent lists its child. */
+static int tree_crossings(int n, const int *order, const int *host_of, int tree, int root)
+{
+    int r, j, roots = 0, cross = 0;
+
+    for (r = 0; r < n; r++) {
+        chorus_tree_node_t t = chorus__algo_tree_node(n, order, host_of, tree, root, r);
+
+        if (t.parent < 0) {
+            roots++;
+            if (tree == 2) assert_int_equal(r, root);
+            continue;
+        }
+        chorus_tree_node_t p = chorus__algo_tree_node(n, order, host_of, tree, root, t.parent);
+        assert_true(p.child[0] == r || p.child[1] == r);
+        cross += host_of[r] != host_of[t.parent];
+        for (j = 0; j < 2; j++)
+            if (t.child[j] >= 0)
+                assert_int_equal(
+                    chorus__algo_tree_node(n, order, host_of, tree, root, t.child[j]).parent, r);
+    }
+    assert_int_equal(roots, 1);
+    return cross;
+}
+
+/* Trees over the topology's order. 2 hosts x 4 ranks interleaved (host_of = 0,1,0,1,...).
+ * The binary tree over labels 0..7 has the edges 0-4, 4-2, 4-6, 2-1, 2-3, 6-5, 6-7.
+ * Rank order: tree 0's label is the rank, so an edge crosses when its labels differ in
+ * parity: 2-1, 2-3, 6-5, 6-7, 4 edges; tree 1's label is 7 - rank, which flips every
+ * parity, 4 again; the rooted tree's label is rank - root, 4 for every root. Topology
+ * order 0,2,4,6,1,3,5,7: labels 0..3 are one host and 4..7 the other (tree 1: 7 - position,
+ * the same split), so only 0-4 and 4-2 cross, 2 per tree; the rooted tree rotates at the
+ * boundary of the root's host and swaps the root to label 0 inside it, 2 for every root.
+ * No tree of this shape does better: no edge splits it 4 / 4. The NUMA-refined order of
+ * the same hosts splits the same way. Then the tree collectives in these orders (and a
+ * scrambled one) give exact results, and float sums the same bits on every rank. */
+static void test_tree_ring_order(void **state)
+{
+    static const int host_2x4[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    static const int numa_2x4[8] = {1, 1, 0, 0, 1, 1, 0, 0};
+    static const int nic_2x4[2] = {0, 1};
+    static const int scrambled[13] = {3, 8, 0, 5, 10, 2, 7, 12, 4, 9, 1, 6, 11};
+    static const chorus_coll_t colls[] = {CHORUS_COLL_ALLREDUCE, CHORUS_COLL_BROADCAST,
+                                          CHORUS_COLL_REDUCE};
+    static const uint64_t counts[] = {1, 7, 1000, BIG_COUNT};
+    int orders[2][8], o, root, tree, ip;
+    size_t c, ci;
+
+    (void)state;
+    assert_int_equal(chorus__topo_ring_order(8, host_2x4, 2, NULL, NULL, orders[0]),
+                     CHORUS_SUCCESS);
+    assert_int_equal(chorus__topo_ring_order(8, host_2x4, 2, numa_2x4, nic_2x4, orders[1]),
+                     CHORUS_SUCCESS);
+    for (tree = 0; tree < 2; tree++) {
+        assert_int_equal(tree_crossings(8, NULL, host_2x4, tree, 0), 4);
+        for (o = 0; o < 2; o++)
+            assert_int_equal(tree_crossings(8, orders[o], host_2x4, tree, 0), 2);
+    }
+    for (root = 0; root < 8; root++) {
+        assert_int_equal(tree_crossings(8, NULL, host_2x4, 2, root), 4);
+        for (o = 0; o < 2; o++)
+            assert_int_equal(tree_crossings(8, orders[o], host_2x4, 2, root), 2);
+    }
+    /* Without an order the trees are those of rank labels, as before topologies. */
+    for (root = 0; root < 8; root++) {
+        chorus_tree_node_t t = chorus__algo_tree_node(8, NULL, NULL, 2, root, root);
+        assert_int_equal(t.parent, -1);
+        assert_int_equal(t.child[1], (root + 4) % 8);
+    }
+
+    for (o = 0; o < 3; o++) {
+        int n = o < 2 ? 8 : 13;
+
+        test_ring_order = o < 2 ? orders[o] : scrambled;
+        for (c = 0; c < sizeof colls / sizeof colls[0]; c++)
+            for (ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+                for (ip = 0; ip < 2; ip++) {
+                    int big = counts[ci] == BIG_COUNT;
+                    tc_t t = {CHORUS_ALGO_TREE, colls[c], n, counts[ci], (int)(ci * 3) % n,
+                              big ? 0 : 3, ip, big ? CHORUS_UINT8 : CHORUS_INT32, CHORUS_SUM, 0};
+                    check_case(&t);
+                }
+        for (ip = 0; ip < 2; ip++) {
+            tc_t t = {CHORUS_ALGO_TREE, CHORUS_COLL_ALLREDUCE, n, 1001, 0, 17, ip,
+                      CHORUS_FLOAT32, CHORUS_SUM, 2};
+            check_float_allreduce(&t);
+        }
+    }
+    test_ring_order = NULL;
+}
+
+/* A tree over an order that is not a permutation is refused, not turned into a hang. */
+static void test_tree_bad_order(void **state)
+{
+    static const int dup[4] = {0, 1, 1, 3};
+    chorus_coll_args_t a = {.coll = CHORUS_COLL_ALLREDUCE, .rank = 0, .nranks = 4, .count = 8};
+    chorus_sched_t s;
+
+    (void)state;
+    a.ring_order = dup;
+    chorus__sched_init(&s, 0, 4);
+    assert_int_equal(chorus__algo_build(CHORUS_ALGO_TREE, &a, &s), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(chorus_last_error(), "tree"));
+    chorus__sched_fini(&s);
 }
 
 /* ---- The builder ---- */
@@ -898,6 +1013,8 @@ int main(void)
         cmocka_unit_test(test_barrier_waits_for_all),
         cmocka_unit_test(test_ops),
         cmocka_unit_test(test_float_bitwise),
+        cmocka_unit_test(test_tree_ring_order),
+        cmocka_unit_test(test_tree_bad_order),
     };
     /* ALGO_TEST_FILTER=test_ring_* runs a subset while working on one algorithm. */
     if (getenv("ALGO_TEST_FILTER")) cmocka_set_test_filter(getenv("ALGO_TEST_FILTER"));

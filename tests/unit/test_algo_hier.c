@@ -20,6 +20,7 @@
 #include "algo/algo.h"
 #include "core/engine.h"
 #include "kernels.h"
+#include "topo/topo.h"
 #include "transport/virtual/virtual.h"
 
 #include <math.h>
@@ -44,6 +45,10 @@ typedef struct {
     chorus_dtype_t dtype;
     chorus_op_t op;
 } hc_t;
+
+/* args.ring_order of every case run while it is set (NULL: none); kept outside hc_t so
+ * that the cases' positional initialisers stay complete. */
+static const int *test_ring_order;
 
 typedef struct {
     chorus_sched_t sched;
@@ -190,6 +195,13 @@ static void describe(const hc_t *t, char *out, size_t len)
              t->map->name, t->map->n, (unsigned long long)t->count,
              (unsigned long long)t->chunk, t->inplace ? "in-place" : "out-of-place",
              chorus_dtype_name(t->dtype), chorus_op_name(t->op));
+    if (test_ring_order != NULL) {
+        size_t used = strlen(out);
+        int i;
+
+        for (i = 0; i < t->map->n && used + 8 < len; i++, used = strlen(out))
+            snprintf(out + used, len - used, "%s%d", i ? "," : " order ", test_ring_order[i]);
+    }
 }
 
 static chorus_coll_args_t args_of(const hc_t *t, int r)
@@ -204,6 +216,7 @@ static chorus_coll_args_t args_of(const hc_t *t, int r)
     a.chunk_count = t->chunk;
     a.host_of = t->map->host_of;
     a.nhosts = t->map->nhosts;
+    a.ring_order = test_ring_order;
     return a;
 }
 
@@ -598,6 +611,108 @@ static void test_errors_and_support(void **state)
     }
 }
 
+/* Hosts ordered by the topology's ring order (lib/topo: NUMA nodes grouped, NIC-near ranks
+ * at both ends), and by scrambled orders that do not keep hosts contiguous (hier uses only
+ * the order within each host): exact integer results for every op, float results the same
+ * bytes on every rank and within the bound, in and out of place, ring and recursive
+ * doubling between hosts; the intra-host ring follows the order; traffic is unchanged. */
+static void test_hier_ring_order(void **state)
+{
+    static const int numa5[5] = {1, 0, 1, 0, 1}, nic5[1] = {0};
+    static const int numa8[8] = {1, 1, 0, 0, 1, 1, 0, 0}, nic8[4] = {0, 1, -1, 1};
+    static const int numa10[10] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1}, nic10[4] = {1, 1, 0, 1};
+    static const int scr6[6] = {5, 3, 1, 4, 2, 0};
+    static const int scr21[21] = {20, 3, 7, 11, 15, 19, 2, 6, 10, 14, 18, 1, 5, 9, 13, 17,
+                                  0, 4, 8, 12, 16};
+    static const chorus_dtype_t dts[] = {CHORUS_INT8, CHORUS_UINT32, CHORUS_INT64,
+                                         CHORUS_FLOAT16, CHORUS_BFLOAT16, CHORUS_FLOAT32,
+                                         CHORUS_FLOAT64};
+    struct {
+        const hmap_t *map;
+        int order[MAX_RANKS];
+    } cases[6];
+    size_t c, d;
+    int op, ip, i;
+
+    (void)state;
+    cases[0].map = &map_one5;
+    cases[1].map = &map_4x2i;
+    cases[2].map = &map_mixed;
+    cases[3].map = &map_3x4;
+    cases[4].map = &map_312i;
+    cases[5].map = &map_7x3;
+    assert_int_equal(chorus__topo_ring_order(5, map_one5.host_of, 1, numa5, nic5,
+                                             cases[0].order), CHORUS_SUCCESS);
+    assert_int_equal(chorus__topo_ring_order(8, map_4x2i.host_of, 4, numa8, nic8,
+                                             cases[1].order), CHORUS_SUCCESS);
+    assert_int_equal(chorus__topo_ring_order(10, map_mixed.host_of, 4, numa10, nic10,
+                                             cases[2].order), CHORUS_SUCCESS);
+    /* The first host of 3 x 4 reversed, the others as they are. */
+    for (i = 0; i < 12; i++) cases[3].order[i] = i < 4 ? 3 - i : i;
+    memcpy(cases[4].order, scr6, sizeof scr6);
+    memcpy(cases[5].order, scr21, sizeof scr21);
+    /* One host of 5: node 0 holds the NIC, its ranks 1 and 3 go to both ends. */
+    {
+        static const int want5[5] = {1, 0, 2, 4, 3};
+        assert_memory_equal(cases[0].order, want5, sizeof want5);
+    }
+
+    for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const hmap_t *m = cases[c].map;
+
+        test_ring_order = cases[c].order;
+        for (d = 0; d < sizeof dts / sizeof dts[0]; d++)
+            for (op = CHORUS_SUM; op <= CHORUS_MAX; op++)
+                for (ip = 0; ip < 4; ip++) {
+                    hc_t t = {m, 301, ip < 2 ? 7 : 0, ip & 1, dts[d], (chorus_op_t)op};
+
+                    if (dts[d] == CHORUS_FLOAT16 && op == CHORUS_PROD && m->n > 6) continue;
+                    /* 21 ranks: the sums are enough to see a wrong path. */
+                    if (m->n > 12 && op != CHORUS_SUM) continue;
+                    check_case(&t);
+                }
+        {
+            hc_t t = {m, 100003, 997, 0, CHORUS_FLOAT32, CHORUS_SUM};
+            check_case(&t);
+        }
+    }
+
+    /* Phase 1's first message goes to the next rank of the host in the order. */
+    test_ring_order = cases[0].order;
+    for (i = 0; i < 5; i++) {
+        hc_t t = {&map_one5, 1001, 0, 0, CHORUS_INT32, CHORUS_SUM};
+        chorus_coll_args_t a = args_of(&t, cases[0].order[i]);
+        chorus_sched_t s;
+        uint32_t k;
+
+        chorus__sched_init(&s, a.rank, 5);
+        assert_int_equal(chorus__algo_build(CHORUS_ALGO_HIER, &a, &s), CHORUS_SUCCESS);
+        for (k = 0; k < s.nsteps && s.steps[k].kind != CHORUS_STEP_SEND; k++) continue;
+        assert_true(k < s.nsteps);
+        assert_int_equal(s.steps[k].peer, cases[0].order[(i + 1) % 5]);
+        chorus__sched_fini(&s);
+    }
+    test_ring_order = NULL;
+}
+
+/* An order that is not a permutation is refused, not turned into a hang. */
+static void test_hier_bad_order(void **state)
+{
+    static const int dup[4] = {0, 1, 1, 3};
+    hc_t t = {&map_2x2, 10, 0, 0, CHORUS_INT32, CHORUS_SUM};
+    chorus_coll_args_t a;
+    chorus_sched_t s;
+
+    (void)state;
+    test_ring_order = dup;
+    a = args_of(&t, 0);
+    test_ring_order = NULL;
+    chorus__sched_init(&s, 0, 4);
+    assert_int_equal(chorus__algo_build(CHORUS_ALGO_HIER, &a, &s), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(chorus_last_error(), "hier"));
+    chorus__sched_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -607,6 +722,8 @@ int main(void)
         cmocka_unit_test(test_int_dtypes_ops),
         cmocka_unit_test(test_float_dtypes_ops),
         cmocka_unit_test(test_large_small_chunks),
+        cmocka_unit_test(test_hier_ring_order),
+        cmocka_unit_test(test_hier_bad_order),
     };
     if (getenv("ALGO_TEST_FILTER")) cmocka_set_test_filter(getenv("ALGO_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);

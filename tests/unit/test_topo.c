@@ -299,6 +299,131 @@ static void test_topo_file(void **state)
     chorus__topo_free(t);
 }
 
+/* The NIC preference the core hands to the ib transport: on a host of two sockets, each
+ * GPU's list starts with the NIC under its own switch; then the tie rules and the edges. */
+static void test_nic_preference(void **state)
+{
+    chorus_topo_t *t = NULL;
+    chorus_topo_host_t *h;
+    char buf[128], small[20];
+
+    (void)state;
+    assert_int_equal(chorus__topo_alloc(1, &t), CHORUS_SUCCESS);
+    h = &t->hosts[0];
+    assert_int_equal(chorus__topo_host_resize(h, 2, 2, 2), CHORUS_SUCCESS);
+    set_dev(&h->gpus[0], "gpu0", "0000:17:00.0", "0000:15:00.0", 0, 0);
+    set_dev(&h->gpus[1], "gpu1", "0000:97:00.0", "0000:95:00.0", 1, 0);
+    set_dev(&h->nics[0], "mlx5_0", "0000:1a:00.0", "0000:15:00.0", 0, 200000);
+    set_dev(&h->nics[1], "mlx5_1", "0000:9A:00.0", "0000:95:00.0", 1, 200000);
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:17:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:1a:00.0,0000:9a:00.0");
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:97:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:9a:00.0,0000:1a:00.0");
+    /* CUDA's spelling of the GPU finds it too. */
+    assert_int_equal(chorus__topo_nic_preference(h, "00000000:97:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:9a:00.0,0000:1a:00.0");
+    /* A GPU the host does not list, a malformed address, no host: an empty list. */
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:42:00.0", buf, sizeof buf), 0);
+    assert_string_equal(buf, "");
+    assert_int_equal(chorus__topo_nic_preference(h, "gpu0", buf, sizeof buf), 0);
+    assert_string_equal(buf, "");
+    assert_int_equal(chorus__topo_nic_preference(NULL, "0000:17:00.0", buf, sizeof buf), 0);
+    assert_string_equal(buf, "");
+    /* Without a shared switch the same NUMA node still comes first. */
+    h->gpus[1].pci_switch[0] = '\0';
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:97:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:9a:00.0,0000:1a:00.0");
+    /* At equal distance the faster NIC, then the topology's order. */
+    h->gpus[1].numa = -1;
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:97:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:1a:00.0,0000:9a:00.0");
+    h->nics[1].speed_mbps = 400000;
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:97:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:9a:00.0,0000:1a:00.0");
+    /* Nearness beats speed. */
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:17:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:1a:00.0,0000:9a:00.0");
+    /* A NIC of unknown address cannot be named: left out. */
+    h->nics[0].bus_id[0] = '\0';
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:17:00.0", buf, sizeof buf), 1);
+    assert_string_equal(buf, "0000:9a:00.0");
+    /* Too small a buffer: -1 and an empty string, never a cut list. */
+    snprintf(h->nics[0].bus_id, sizeof h->nics[0].bus_id, "0000:1a:00.0");
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:17:00.0", small, sizeof small), -1);
+    assert_string_equal(small, "");
+    chorus__topo_free(t);
+}
+
+static void test_order_invert(void **state)
+{
+    static const int order[5] = {3, 0, 4, 1, 2}, dup[3] = {0, 2, 2}, out[3] = {0, 3, 1};
+    int pos[5], i;
+
+    (void)state;
+    assert_int_equal(chorus__topo_order_invert(5, order, pos), CHORUS_SUCCESS);
+    for (i = 0; i < 5; i++) assert_int_equal(pos[order[i]], i);
+    assert_int_equal(chorus__topo_order_invert(3, dup, pos), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(chorus_last_error(), "order[2] = 2"));
+    assert_int_equal(chorus__topo_order_invert(3, out, pos), CHORUS_ERR_INVALID_ARGUMENT);
+}
+
+/* What communicator creation reads of the local machine: the CPU's node is a node the
+ * kernel lists (or unknown), loopback has none, and CHORUS_TOPO_FILE's NIC of the
+ * interface's name, else its best NIC, gives the NIC's node. */
+static void test_local_numa(void **state)
+{
+    char path[] = "/tmp/chorus-topo-XXXXXX", dir[64], ifname[64];
+    chorus_topo_t *t = NULL;
+    chorus_topo_host_t *h;
+    int fd = mkstemp(path), numa = -2, nic = -2;
+
+    (void)state;
+    assert_true(fd >= 0);
+    close(fd);
+    numa = chorus__topo_cpu_numa();
+    assert_true(numa >= -1);
+    if (numa >= 0) {
+        snprintf(dir, sizeof dir, "/sys/devices/system/node/node%d", numa);
+        assert_int_equal(access(dir, F_OK), 0);
+    }
+    assert_int_equal(chorus__topo_if_numa("lo"), -1);
+    assert_int_equal(chorus__topo_if_numa("no-such-interface"), -1);
+    assert_int_equal(chorus__topo_pci_numa("not/a/bus"), -1);
+
+    assert_int_equal(chorus__topo_alloc(1, &t), CHORUS_SUCCESS);
+    h = &t->hosts[0];
+    snprintf(h->hostname, sizeof h->hostname, "only-host");
+    h->cores = h->pus = 4;
+    assert_int_equal(chorus__topo_host_resize(h, 2, 0, 2), CHORUS_SUCCESS);
+    h->numa[0].id = 0;
+    h->numa[1].id = 1;
+    set_dev(&h->nics[0], "mlx5_0", "0000:18:00.0", "", 0, 200000);
+    set_dev(&h->nics[1], "ens9", "0000:87:00.0", "", 1, 100000);
+    assert_int_equal(chorus__topo_dump(t, path), CHORUS_SUCCESS);
+    setenv("CHORUS_TOPO_FILE", path, 1);
+    setenv("CHORUS_SOCKET_IFNAME", "ens9", 1);
+    chorus__config_reload();
+    assert_int_equal(chorus__topo_net_ifname(ifname, sizeof ifname), 0);
+    assert_string_equal(ifname, "ens9");
+    chorus__topo_local_numa(&numa, &nic);
+    assert_int_equal(nic, 1);
+    assert_true(numa >= -1);
+    /* An interface the file does not list: the host's fastest NIC. */
+    setenv("CHORUS_SOCKET_IFNAME", "lo", 1);
+    chorus__config_reload();
+    chorus__topo_local_numa(&numa, &nic);
+    assert_int_equal(nic, 0);
+    /* Without the file, loopback is virtual: unknown. */
+    unsetenv("CHORUS_TOPO_FILE");
+    chorus__config_reload();
+    chorus__topo_local_numa(&numa, &nic);
+    assert_int_equal(nic, -1);
+    unsetenv("CHORUS_SOCKET_IFNAME");
+    chorus__config_reload();
+    unlink(path);
+    chorus__topo_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -311,6 +436,9 @@ int main(void)
         cmocka_unit_test(test_json_discovered),
         cmocka_unit_test(test_json_strict),
         cmocka_unit_test(test_topo_file),
+        cmocka_unit_test(test_nic_preference),
+        cmocka_unit_test(test_order_invert),
+        cmocka_unit_test(test_local_numa),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,6 +21,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -598,6 +599,13 @@ static chorus_status_t cu_ipc_close(void *p)
     return CHORUS_SUCCESS;
 }
 
+static chorus_status_t cu_pci_bus_id(int device, char *buf, size_t len)
+{
+    if (buf == NULL || len == 0 || len > INT_MAX) return cu_invalid("pci_bus_id: bad buffer");
+    CU_CHECK("cudaDeviceGetPCIBusId", cudaDeviceGetPCIBusId(buf, (int)len, device));
+    return CHORUS_SUCCESS;
+}
+
 /* ---- The table ---- */
 
 static const chorus_gpu_ops_t cu_ops = {
@@ -629,6 +637,7 @@ static const chorus_gpu_ops_t cu_ops = {
     .ipc_get_handle = cu_ipc_get_handle,
     .ipc_open = cu_ipc_open,
     .ipc_close = cu_ipc_close,
+    .pci_bus_id = cu_pci_bus_id,
 };
 
 const chorus_gpu_ops_t *chorus_gpu_plugin(int abi) __attribute__((visibility("default")));

@@ -15,8 +15,9 @@
 #ifndef CHORUS_TRANSPORT_IB_H
 #define CHORUS_TRANSPORT_IB_H
 
-#include "util/regcache.h"
 #include "transport/transport.h"
+#include "util/pci.h"
+#include "util/regcache.h"
 #include "util/status.h"
 
 #include <stddef.h>
@@ -135,10 +136,24 @@ typedef struct {
     int port;
     int active;
     int roce; /* Ethernet link layer */
+    char bus_id[CHORUS_PCI_BUSID_MAX]; /* the device's PCI address; "" if unknown */
 } ib_port_cand_t;
 
 /* The first active candidate that the list allows, in the order given (device list
  * order, then port): 0 and its position, or -1 when none is. */
 int ib_port_pick(const ib_port_cand_t *cands, int n, const ib_hca_list_t *list, int *pos_p);
+
+/* The choice when chorus_tp_params_t.nic_preference names NICs (comma-separated PCI bus
+ * ids, nearest first, in any spelling util/pci.h reads; NULL or "": none): among the active
+ * candidates the list allows, the one whose bus_id comes earliest in pref (the first port
+ * of that device in candidate order). Malformed items of pref are skipped. When no allowed
+ * active candidate is in pref, ib_port_pick. 0 and the position, or -1 when none is. */
+int ib_port_pick_pref(const ib_port_cand_t *cands, int n, const ib_hca_list_t *list,
+                      const char *pref, int *pos_p);
+
+/* The PCI address of RDMA device ibdev ("mlx5_0"), read from the sysfs link
+ * /sys/class/infiniband/<ibdev>/device, into buf of len bytes: 0, or -1 (buf untouched) when
+ * there is no such device, the name holds a '/', or buf is too small. */
+int ib_dev_bus_id(const char *ibdev, char *buf, size_t len);
 
 #endif

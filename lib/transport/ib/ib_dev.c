@@ -1,8 +1,10 @@
 /*
  * Device and port choice. CHORUS_IB_HCA follows the NCCL_IB_HCA syntax that cluster
  * admins already write ("mlx5_0:1,mlx5_1:1", "^mlx5_2", "=mlx5_0"), parsed by a pure
- * function; the scan of ibv_get_device_list that feeds ib_port_pick exists only where
- * libibverbs does (CHORUS_HAVE_IBV).
+ * function; without it the transport follows the core's nic_preference (the NICs nearest
+ * to the rank's GPU first, computed from the topology so that the transport never reads
+ * it), through ib_port_pick_pref, pure too. The scan of ibv_get_device_list that feeds
+ * them exists only where libibverbs does (CHORUS_HAVE_IBV).
  */
 #include "transport/ib/ib.h"
 
@@ -10,8 +12,10 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef CHORUS_HAVE_IBV
 #include <infiniband/verbs.h>
@@ -124,6 +128,70 @@ int ib_port_pick(const ib_port_cand_t *cands, int n, const ib_hca_list_t *list, 
     return -1;
 }
 
+/* The place of PCI address bus in the comma-separated list pref (0 first), comparing
+ * canonical forms; -1 when bus is malformed or pref does not name it. */
+static int pref_place(const char *pref, const char *bus)
+{
+    char want[CHORUS_PCI_BUSID_MAX], item[CHORUS_PCI_BUSID_MAX], canon[CHORUS_PCI_BUSID_MAX];
+    int place = 0;
+
+    if (pref == NULL || chorus__pci_bus_id_canon(bus, want) != 0) return -1;
+    while (*pref != '\0') {
+        size_t len = strcspn(pref, ",");
+
+        /* An item too long for any bus id, or malformed, names nothing but keeps its place. */
+        if (len < sizeof item) {
+            memcpy(item, pref, len);
+            item[len] = '\0';
+            if (chorus__pci_bus_id_canon(item, canon) == 0 && strcmp(canon, want) == 0)
+                return place;
+        }
+        place++;
+        pref += len + (pref[len] == ',');
+    }
+    return -1;
+}
+
+int ib_port_pick_pref(const ib_port_cand_t *cands, int n, const ib_hca_list_t *list,
+                      const char *pref, int *pos_p)
+{
+    int best = -1, best_place = 0;
+
+    for (int i = 0; i < n && pref != NULL && pref[0] != '\0'; i++) {
+        int place;
+
+        if (!cands[i].active || !ib_hca_match(list, cands[i].dev, cands[i].port)) continue;
+        place = pref_place(pref, cands[i].bus_id);
+        if (place >= 0 && (best < 0 || place < best_place)) {
+            best = i;
+            best_place = place;
+        }
+    }
+    if (best < 0) return ib_port_pick(cands, n, list, pos_p);
+    *pos_p = best;
+    return 0;
+}
+
+int ib_dev_bus_id(const char *ibdev, char *buf, size_t len)
+{
+    char path[160], target[256];
+    const char *base;
+    ssize_t n;
+
+    if (ibdev == NULL || ibdev[0] == '\0' || strchr(ibdev, '/') != NULL || len == 0) return -1;
+    if (strcmp(ibdev, ".") == 0 || strcmp(ibdev, "..") == 0) return -1;
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/device", ibdev);
+    n = readlink(path, target, sizeof target - 1);
+    if (n <= 0) return -1;
+    target[n] = '\0';
+    /* The link ends in the PCI function: "../../../0000:17:00.0". */
+    base = strrchr(target, '/');
+    base = base != NULL ? base + 1 : target;
+    if (strlen(base) >= len) return -1;
+    snprintf(buf, len, "%s", base);
+    return 0;
+}
+
 #ifdef CHORUS_HAVE_IBV
 #include "transport/ib/ib_verbs.h"
 
@@ -148,10 +216,31 @@ static int scan_ports(struct ibv_device **devs, int ndev, struct ibv_context **c
             cands[n].port = port;
             cands[n].active = pa.state == IBV_PORT_ACTIVE;
             cands[n].roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+            if (ib_dev_bus_id(cands[n].dev, cands[n].bus_id, sizeof cands[n].bus_id) != 0)
+                cands[n].bus_id[0] = '\0';
             n++;
         }
     }
     return n;
+}
+
+/* The port to use: CHORUS_IB_HCA's first allowed one when it lists devices to use (the
+ * admin's order wins); otherwise the first of the core's preference (the NICs nearest to the
+ * rank's GPU) that is active and not excluded, else the first active one. */
+static int pick_port(const chorus_tp_params_t *params, const ib_port_cand_t *cands, int n,
+                     const ib_hca_list_t *list, int *pos_p)
+{
+    const char *pref = params->nic_preference;
+    int rc;
+
+    if ((list->n > 0 && !list->exclude) || pref == NULL || pref[0] == '\0')
+        return ib_port_pick(cands, n, list, pos_p);
+    rc = ib_port_pick_pref(cands, n, list, pref, pos_p);
+    if (rc == 0)
+        CHORUS_INFO("ib", "rank %d: %s:%d (%s) for NIC preference %s", params->rank,
+                    cands[*pos_p].dev, cands[*pos_p].port,
+                    cands[*pos_p].bus_id[0] ? cands[*pos_p].bus_id : "no PCI address", pref);
+    return rc;
 }
 
 /* Reads the port's GID table and chooses one entry. */
@@ -187,8 +276,9 @@ static chorus_status_t choose_gid(int rank, ib_dev_choice_t *c, int table_len)
     return status;
 }
 
-chorus_status_t ib_dev_open(int rank, ib_dev_choice_t *choice_p)
+chorus_status_t ib_dev_open(const chorus_tp_params_t *params, ib_dev_choice_t *choice_p)
 {
+    int rank = params->rank;
     ib_dev_choice_t c;
     ib_hca_list_t list;
     ib_port_cand_t cands[64];
@@ -210,7 +300,7 @@ chorus_status_t ib_dev_open(int rank, ib_dev_choice_t *choice_p)
     }
     if (ndev > 64) ndev = 64;
     n = scan_ports(devs, ndev, ctxs, cands, 64);
-    if (ib_port_pick(cands, n, &list, &pos) != 0) {
+    if (pick_port(params, cands, n, &list, &pos) != 0) {
         const char *hca = chorus__config_str("CHORUS_IB_HCA");
 
         status = chorus__error(CHORUS_ERR_UNSUPPORTED,

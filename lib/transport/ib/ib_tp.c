@@ -299,7 +299,7 @@ static chorus_status_t ib_init(const chorus_tp_params_t *params, chorus_tp_t **t
     }
     for (int r = 0; r < tp->nranks; r++)
         tp->peers[r].rank = -1;
-    CHORUS_CHECK_GOTO(ib_dev_open(tp->rank, &tp->dev), err);
+    CHORUS_CHECK_GOTO(ib_dev_open(params, &tp->dev), err);
     CHORUS_CHECK_GOTO(chorus__random_bytes(tp->nonce, sizeof(tp->nonce)), err);
     CHORUS_CHECK_GOTO(chorus__random_bytes(&tp->psn, sizeof(tp->psn)), err);
     tp->psn &= 0xffffff;

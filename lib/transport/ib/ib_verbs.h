@@ -78,10 +78,11 @@ typedef struct {
     enum ibv_mtu mtu;
 } ib_dev_choice_t;
 
-/* Opens the first active port that CHORUS_IB_HCA allows and picks its GID
+/* Opens the first active port that CHORUS_IB_HCA allows (without a list of devices to use,
+ * the first of params->nic_preference: ib_port_pick_pref) and picks its GID
  * (CHORUS_IB_GID_INDEX, else ib_gid_select). CHORUS_ERR_UNSUPPORTED when the host has no
  * usable RDMA device. */
-chorus_status_t ib_dev_open(int rank, ib_dev_choice_t *choice_p);
+chorus_status_t ib_dev_open(const chorus_tp_params_t *params, ib_dev_choice_t *choice_p);
 
 #define IB_REQ_SEND 1
 #define IB_REQ_RECV 2

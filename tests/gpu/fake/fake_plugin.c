@@ -539,6 +539,25 @@ static chorus_status_t op_ipc_close(void *p)
     return status != CHORUS_SUCCESS ? status : fake_mem_ipc_close(p);
 }
 
+/* Fake devices sit on buses 0x17, 0x18, ...: addresses that no test topology confuses
+ * with a NIC's. */
+static chorus_status_t op_pci_bus_id(int device, char *buf, size_t len)
+{
+    chorus_status_t status = fake_enter();
+
+    if (status != CHORUS_SUCCESS) return status;
+    if (buf == NULL || len == 0)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT, "fake cudaDeviceGetPCIBusId: bad buffer");
+    if (device < 0 || device >= ndevices)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                          "fake cudaDeviceGetPCIBusId(%d): cudaErrorInvalidDevice (%d device(s))",
+                          device, ndevices);
+    if ((size_t)snprintf(buf, len, "0000:%02x:00.0", 0x17 + device) >= len)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                          "fake cudaDeviceGetPCIBusId: %zu bytes are too few", len);
+    return CHORUS_SUCCESS;
+}
+
 static const chorus_gpu_ops_t fake_ops = {
     .abi_version = CHORUS_GPU_ABI_VERSION,
     .name = "fake",
@@ -568,6 +587,7 @@ static const chorus_gpu_ops_t fake_ops = {
     .ipc_get_handle = op_ipc_get_handle,
     .ipc_open = op_ipc_open,
     .ipc_close = op_ipc_close,
+    .pci_bus_id = op_pci_bus_id,
 };
 
 const chorus_gpu_ops_t *chorus_gpu_plugin(int abi);
