@@ -278,9 +278,18 @@ void fabric_report_text(const fabric_result_t *r, const fabric_verdict_t *v, FIL
             r->nhosts, r->nranks, r->transport[0] ? r->transport : "?", r->elapsed_s,
             r->budget_s);
     print_setup(r, out);
-    fprintf(out, "Expected: inter-host %.3f Gbit/s (%s), intra-host %.3f Gbit/s; '*' is below "
-            "%.0f%%\n", v->expect_gbps, v->expect_given ? "given" : "median",
-            v->expect_intra_gbps, v->threshold * 100);
+    /* A class with nothing measured (one host; one rank per host) has no expected rate. */
+    fprintf(out, "Expected: inter-host ");
+    if (r->ninter > 0)
+        fprintf(out, "%.3f Gbit/s (%s)", v->expect_gbps, v->expect_given ? "given" : "median");
+    else
+        fprintf(out, "n/a (one host)");
+    fprintf(out, ", intra-host ");
+    if (r->nintra > 0)
+        fprintf(out, "%.3f Gbit/s", v->expect_intra_gbps);
+    else
+        fprintf(out, "n/a (one rank per host)");
+    fprintf(out, "; '*' is below %.0f%%\n", v->threshold * 100);
     print_tables(r, v, out);
     print_retested(r, out);
     fprintf(out, "Findings (%d; causes first, the most severe first within a kind):\n",
