@@ -355,6 +355,13 @@ static int ucx_handshakes_left(ucx_tp_t *tp, const uint8_t *mask, chorus_status_
     for (int p = 0; p < tp->nranks && *status_p == CHORUS_SUCCESS; p++) {
         ucx_peer_t *pp = &tp->peers[p];
         if (!mask[p] || p == tp->rank) continue;
+        /* A peer whose handshake completed and that failed since (it may already have
+         * returned from its connect_all and died) was connected: its failure belongs to the
+         * requests that involve it, not to this setup. */
+        if (pp->verified && pp->ctrl_send.done && pp->ctrl_send.status == CHORUS_SUCCESS &&
+            pp->ack_sent && pp->ack_send.done && pp->ack_send.status == CHORUS_SUCCESS &&
+            pp->ack_recv.done && pp->ack_recv.status == CHORUS_SUCCESS)
+            continue;
         if (pp->error != CHORUS_SUCCESS) {
             *status_p = chorus__error(pp->error, "%s", pp->why);
             break;
