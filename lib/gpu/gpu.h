@@ -32,8 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: pci_bus_id appended. A plugin answers only the version it was built for, so a table
- * never has fewer fields than the library reads. */
+/* 2: pci_bus_id and dmabuf_export appended. A plugin answers only the version it was built
+ * for, so a table never has fewer fields than the library reads. */
 #define CHORUS_GPU_ABI_VERSION 2
 #define CHORUS_GPU_IPC_HANDLE_BYTES 64 /* == sizeof(cudaIpcMemHandle_t) */
 
@@ -109,6 +109,13 @@ typedef struct chorus_gpu_ops {
      * buf of len bytes. May be NULL (a plugin that cannot tell): callers that pair a GPU
      * with its nearest NIC then do without. */
     chorus_status_t (*pci_bus_id)(int device, char *buf, size_t len);
+
+    /* A dma-buf fd for the device range [p, p + bytes) (cuMemGetHandleForAddressRange)
+     * and the offset of p in it, for GPUDirect RDMA (ibv_reg_dmabuf_mr); the caller closes
+     * the fd. CHORUS_ERR_UNSUPPORTED where the driver or the memory cannot export one. May
+     * be NULL. */
+    chorus_status_t (*dmabuf_export)(const void *p, size_t bytes, int *fd_p,
+                                     uint64_t *offset_p);
 } chorus_gpu_ops_t;
 
 typedef const chorus_gpu_ops_t *(*chorus_gpu_plugin_fn)(int abi_version);

@@ -106,6 +106,19 @@ static inline void chorus__tp_queue_fail(chorus_tp_req_t **head_p, chorus_tp_req
     }
 }
 
+/* Device memory as the core's GPU plugin sees it, for a transport that can move it without
+ * a copy through host memory (ib: GPUDirect RDMA, the NIC reading and writing GPU memory
+ * through a dma-buf). Transports never load the plugin themselves (they sit above lib/gpu
+ * in the layers): the core hands them these two calls, or NULL where there is no GPU. */
+typedef struct {
+    /* 1 if p is device memory, 0 if host memory (or unknown to the plugin). */
+    int (*is_device)(const void *p);
+    /* A dma-buf file descriptor covering [p, p + bytes) and the offset of p in it; the
+     * caller closes the fd once it has registered the range. CHORUS_ERR_UNSUPPORTED where
+     * the driver cannot export one (no dma-buf support: GPUDirect is then unavailable). */
+    chorus_status_t (*dmabuf)(const void *p, size_t bytes, int *fd_p, uint64_t *offset_p);
+} chorus_tp_mem_ops_t;
+
 typedef struct {
     int rank;
     int nranks;
@@ -123,6 +136,10 @@ typedef struct {
      * several NICs honour it below any explicit setting (CHORUS_IB_HCA), others ignore it.
      * Valid during init only: a transport that wants it later copies it. */
     const char *nic_preference;
+    /* Device memory calls (see chorus_tp_mem_ops_t); NULL: host memory only. Valid for the
+     * transport's whole life. A transport that uses them to move device buffers directly
+     * reports CHORUS_TP_CAP_DEVICE_MEM from its instance_caps op. */
+    const chorus_tp_mem_ops_t *mem;
 } chorus_tp_params_t;
 
 typedef struct chorus_tp chorus_tp_t; /* each transport defines its own */
@@ -168,7 +185,21 @@ typedef struct chorus_tp_ops {
 
     /* Closes every connection and frees the instance. Never blocks for long. */
     void (*fini)(chorus_tp_t *tp);
+
+    /* What this instance can do, when it differs from caps (an ib instance moves device
+     * buffers only when it was given params->mem and its device can register a dma-buf);
+     * NULL: caps. Appended last: check size before reading it. */
+    uint32_t (*instance_caps)(chorus_tp_t *tp);
 } chorus_tp_ops_t;
+
+/* The capabilities of instance tp of ops. */
+static inline uint32_t chorus__tp_instance_caps(const chorus_tp_ops_t *ops, chorus_tp_t *tp)
+{
+    if (ops->size >= offsetof(chorus_tp_ops_t, instance_caps) + sizeof ops->instance_caps &&
+        ops->instance_caps != NULL)
+        return ops->instance_caps(tp);
+    return ops->caps;
+}
 
 /* The transports built into this library. */
 extern const chorus_tp_ops_t chorus__tp_tcp_ops;

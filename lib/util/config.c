@@ -63,7 +63,8 @@ static const chorus_config_entry_t config_table[] = {
     {"CHORUS_CUDA_PLUGIN", CHORUS_CFG_STRING, NULL,
      "path of the CUDA plugin (default: libchorus-cuda.so beside libchorus); none: no GPU"},
     {"CHORUS_GPU_PATH", CHORUS_CFG_STRING, "auto",
-     "device collectives: auto, ipc (CUDA IPC, one host) or staging (through host memory)"},
+     "device buffers: auto, ipc (collectives, one host), staging (via host memory), direct "
+     "(send/recv, GPUDirect transports only; collectives as auto)"},
     {"CHORUS_GPU_STAGING_CHUNK", CHORUS_CFG_SIZE, "4M",
      "pipeline chunk of device collectives staged through pinned host memory"},
     {"CHORUS_GPU_IPC_CHUNK", CHORUS_CFG_SIZE, "8M",
@@ -76,6 +77,10 @@ static const chorus_config_entry_t config_table[] = {
      "RoCE GID index to use (default: routable IPv4-mapped RoCE v2 GID, else IPv6 global)"},
     {"CHORUS_UCX_RMA_MIN", CHORUS_CFG_SIZE, "0",
      "ucx: messages of at least this many bytes go by receiver-driven RMA put (0: never)"},
+    /* 1M, unmeasured (no NIC here): ib registers a user buffer per message (no memory hooks),
+     * which costs about what copying it twice does below that size; see ib_tp.c. */
+    {"CHORUS_IB_ZCOPY_MIN", CHORUS_CFG_SIZE, "1M",
+     "ib: host messages of at least this many bytes go zero-copy by rendezvous (0: never)"},
 };
 
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))

@@ -5,8 +5,12 @@
  * it). The fake fabric does what RC does for RDMA WRITE with immediate: it copies the
  * bytes into the peer's memory after checking the rkey and bounds, consumes one posted
  * receive there (or holds the write back, as an RNR retry would), keeps each QP's writes
- * in order but delivers them late, and completes both sides. Setup (device, QP states,
- * registration) needs the real library and is left to tests/hw/ib.sh.
+ * in order but delivers them late, and completes both sides. Plain RDMA WRITEs (the
+ * rendezvous's data) land without a receive, after their rkey and lkey are checked against
+ * the fake registrations made through the transport's registration pointers; device memory
+ * is a page-aligned block that fake memory calls claim is on a GPU, exported as a dma-buf
+ * (an fd of /dev/null whose closing is checked). Setup (device, QP states) needs the real
+ * library and is left to tests/hw/ib.sh.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +28,9 @@
 #include "util/clock.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #define WIRE_MAX 4096
 #define CQE_MAX 4096
@@ -54,6 +61,102 @@ typedef struct {
 
 static wire_item_t wire[WIRE_MAX];
 static int nwire;
+
+/* Registrations made through the fakes (keys unique across both sides). */
+typedef struct {
+    uintptr_t start, end;
+    uint32_t key;
+    int device, live;
+} fake_reg_t;
+
+#define REG_MAX 4096
+static fake_reg_t regs[REG_MAX];
+static int nregs;
+static uint64_t zwritten; /* bytes that landed by plain RDMA WRITE */
+static uint8_t *dev_base; /* "device memory" */
+static size_t dev_size;
+static int dmabuf_fail, dmabuf_reg_fail;
+static int dmabuf_fds[REG_MAX];
+static int ndmabuf_fds;
+
+static const fake_reg_t *reg_of(uint32_t key, uint64_t addr, uint64_t len)
+{
+    for (int i = 0; i < nregs; i++) {
+        if (regs[i].key == key && regs[i].live && addr >= regs[i].start &&
+            addr + len <= regs[i].end) {
+            return &regs[i];
+        }
+    }
+    return NULL;
+}
+
+static struct ibv_mr *fake_reg(void *addr, size_t len, int access, int device)
+{
+    struct ibv_mr *mr = calloc(1, sizeof(*mr));
+    assert_non_null(mr);
+    assert_true(access & IBV_ACCESS_REMOTE_WRITE);
+    assert_true(nregs < REG_MAX);
+    regs[nregs] = (fake_reg_t){(uintptr_t)addr, (uintptr_t)addr + len, 0x5000u + (uint32_t)nregs,
+                               device, 1};
+    mr->addr = addr;
+    mr->length = len;
+    mr->lkey = mr->rkey = regs[nregs++].key;
+    return mr;
+}
+
+static struct ibv_mr *fake_reg_host(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+    (void)pd;
+    /* Device memory never goes through ibv_reg_mr. */
+    assert_false(dev_base != NULL && (uint8_t *)addr >= dev_base &&
+                 (uint8_t *)addr < dev_base + dev_size);
+    return fake_reg(addr, len, access, 0);
+}
+
+static struct ibv_mr *fake_reg_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                      uint64_t iova, int fd, int access)
+{
+    (void)pd;
+    assert_int_not_equal(fcntl(fd, F_GETFD), -1); /* open while it registers */
+    assert_int_equal(iova, (uint64_t)(uintptr_t)dev_base + offset);
+    assert_true(offset + len <= dev_size);
+    if (dmabuf_reg_fail) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    return fake_reg((void *)(uintptr_t)iova, len, access, 1);
+}
+
+static int fake_dereg(struct ibv_mr *mr)
+{
+    for (int i = 0; i < nregs; i++) {
+        if (regs[i].key == mr->lkey) {
+            assert_true(regs[i].live);
+            regs[i].live = 0;
+        }
+    }
+    free(mr);
+    return 0;
+}
+
+static int fake_is_device(const void *p)
+{
+    return dev_base != NULL && (const uint8_t *)p >= dev_base && (const uint8_t *)p < dev_base + dev_size;
+}
+
+static chorus_status_t fake_dmabuf(const void *p, size_t bytes, int *fd_p, uint64_t *offset_p)
+{
+    assert_true(fake_is_device(p));
+    assert_true((const uint8_t *)p + bytes <= dev_base + dev_size);
+    if (dmabuf_fail) return chorus__error(CHORUS_ERR_UNSUPPORTED, "fake GPU: no dma-buf support");
+    *fd_p = open("/dev/null", O_RDONLY);
+    assert_true(*fd_p >= 0);
+    dmabuf_fds[ndmabuf_fds++] = *fd_p;
+    *offset_p = (uint64_t)((const uint8_t *)p - dev_base);
+    return CHORUS_SUCCESS;
+}
+
+static const chorus_tp_mem_ops_t fake_mem = {fake_is_device, fake_dmabuf};
 
 /* Completions of writes that landed but whose ACK is still on its way. Until then the NIC
  * may read the source again (a retransmission), so it must not have changed. */
@@ -95,7 +198,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
     (void)bad;
     for (; wr != NULL; wr = wr->next) {
         wire_item_t *w;
-        assert_int_equal(wr->opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+        assert_true(wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE);
         assert_true(wr->send_flags & IBV_SEND_SIGNALED);
         assert_true(nwire < WIRE_MAX);
         w = &wire[nwire++];
@@ -127,6 +230,24 @@ static int land(int i)
     uint32_t imm = ntohl(w->wr.imm_data);
     if (dst->dead) {
         push_cqe(w->src->cq, w->wr.wr_id, IBV_WC_RETRY_EXC_ERR, IBV_WC_RDMA_WRITE, 0);
+    } else if (w->wr.opcode == IBV_WR_RDMA_WRITE) {
+        /* Rendezvous data: both keys must name live registrations covering the bytes. */
+        if (reg_of(w->wr.wr.rdma.rkey, w->wr.wr.rdma.remote_addr, w->sge.length) == NULL)
+            fail_msg("an RDMA WRITE outside the receiver's registration");
+        if (reg_of(w->sge.lkey, w->sge.addr, w->sge.length) == NULL)
+            fail_msg("an RDMA WRITE from outside the sender's registration");
+        memcpy((void *)(uintptr_t)w->wr.wr.rdma.remote_addr, (void *)(uintptr_t)w->sge.addr,
+               w->sge.length);
+        zwritten += w->sge.length;
+        assert_true(nacks < WIRE_MAX);
+        ack_t *a = &acks[nacks++];
+        a->src = w->src;
+        a->wr_id = w->wr.wr_id;
+        a->addr = (const uint8_t *)(uintptr_t)w->sge.addr;
+        a->len = w->sge.length;
+        a->copy = malloc(a->len + 1);
+        assert_non_null(a->copy);
+        memcpy(a->copy, a->addr, a->len);
     } else {
         ib_tp_t *peer = dst->owner;
         uintptr_t base = (uintptr_t)peer->rx_buf;
@@ -256,6 +377,23 @@ static void make_side(int r, uint64_t comm_id)
     s->qp.qp.qp_num = 0x100u + (uint32_t)r;
     s->qp.cq = &s->cq;
     s->qp.owner = tp;
+    /* The rendezvous: registrations through the fakes, writes of at most 100000 bytes. */
+    tp->reg_host = fake_reg_host;
+    tp->reg_dmabuf = fake_reg_dmabuf;
+    tp->dereg = fake_dereg;
+    tp->max_msg = 100000;
+    chorus_regcache_ops_t host = {ib_reg_host_cb, ib_dereg_cb, tp, "ib"};
+    assert_int_equal(chorus__regcache_create(&host, 1u << 30, &tp->regcache), CHORUS_SUCCESS);
+}
+
+/* Gives side r the device memory calls, as the core does on a GPU node. */
+static void give_mem(int r)
+{
+    ib_tp_t *tp = &side[r].tp;
+    chorus_regcache_ops_t dev = {ib_reg_dev_cb, ib_dereg_cb, tp, "ib (device memory)"};
+    tp->params.mem = &fake_mem;
+    tp->dmabuf_ok = 1;
+    assert_int_equal(chorus__regcache_create(&dev, 1u << 30, &tp->regcache_dev), CHORUS_SUCCESS);
 }
 
 /* What connect_all does after the QP state changes, then the hello exchange. */
@@ -288,7 +426,10 @@ static int setup(void **state)
     fake_ctx.ops.req_notify_cq = fake_req_notify;
     fake_ctx.ops.post_send = fake_post_send;
     fake_ctx.ops.post_recv = fake_post_recv;
-    nwire = nacks = 0;
+    nwire = nacks = nregs = ndmabuf_fds = 0;
+    zwritten = 0;
+    dmabuf_fail = dmabuf_reg_fail = 0;
+    dev_base = NULL;
     assert_int_equal(chorus__random_bytes(secrets[0], CHORUS_SECRET_BYTES), CHORUS_SUCCESS);
     memcpy(secrets[1], secrets[0], CHORUS_SECRET_BYTES);
     make_side(0, 77);
@@ -305,11 +446,20 @@ static int teardown(void **state)
     }
     for (int r = 0; r < 2; r++) {
         ib_fail_all(&side[r].tp, CHORUS_ERR_REMOTE, "closed");
+        chorus__regcache_destroy(side[r].tp.regcache);
+        chorus__regcache_destroy(side[r].tp.regcache_dev);
         free(side[r].tp.rx_buf);
         free(side[r].tp.tx_buf);
         free(side[r].tp.peers);
     }
     nwire = 0;
+    /* Every registration was dropped and every dma-buf fd closed. */
+    for (int i = 0; i < nregs; i++)
+        assert_int_equal(regs[i].live, 0);
+    for (int i = 0; i < ndmabuf_fds; i++)
+        assert_int_equal(fcntl(dmabuf_fds[i], F_GETFD), -1);
+    free(dev_base);
+    dev_base = NULL;
     return 0;
 }
 
@@ -359,13 +509,14 @@ static size_t msg_size(int seq)
 }
 
 /* Both sides send NMSG messages of mixed sizes to each other, all posted at once, with
- * the receives posted before, after or between the sends. */
-static void test_fifo_both_ways(void **state)
+ * the receives posted before, after or between the sends; from zcopy_min bytes (0: never)
+ * by rendezvous. */
+static void fifo_both_ways(uint64_t zcopy_min)
 {
     static chorus_tp_req_t reqs[4 * NMSG];
     static uint8_t *bufs[4 * NMSG];
     int k = 0;
-    (void)state;
+    side[0].tp.zcopy_min = side[1].tp.zcopy_min = zcopy_min;
     connect_ok();
     for (int seq = 0; seq < NMSG; seq++) {
         for (int r = 0; r < 2; r++) {
@@ -413,8 +564,29 @@ static void test_fifo_both_ways(void **state)
         const ib_credit_t *tx = &side[r].tp.peers[r ^ 1].cr, *rx = &side[r ^ 1].tp.peers[r].cr;
         assert_int_equal(rx->rx_next, tx->tx_seq);
         assert_true(tx->tx_seq - tx->tx_limit < IB_CREDIT_BATCH);
-        assert_true(tx->tx_seq > 2 * NMSG); /* the large ones took several fragments */
+        /* Eager: the large ones took several fragments. */
+        if (zcopy_min == 0) assert_true(tx->tx_seq > 2 * NMSG);
     }
+}
+
+static void test_fifo_both_ways(void **state)
+{
+    (void)state;
+    fifo_both_ways(0);
+    assert_int_equal(zwritten, 0);
+}
+
+/* The same with every message from 3 * IB_FRAG_PAYLOAD bytes zero-copy (1 MiB ones in
+ * several writes of max_msg): eager and rendezvous messages interleave in posted order. */
+static void test_rndv_fifo_both_ways(void **state)
+{
+    (void)state;
+    fifo_both_ways(3 * IB_FRAG_PAYLOAD);
+    assert_true(zwritten > 2 * (NMSG / 8) * (1u << 20));
+    chorus_regcache_stats_t st;
+    chorus__regcache_stats(side[0].tp.regcache, &st);
+    assert_int_equal(st.entries, 0); /* registrations made per message were dropped */
+    assert_true(st.misses > 0);
 }
 
 /* A receive of another length fails with CHORUS_ERR_REMOTE, the message's fragments are
@@ -502,10 +674,206 @@ static void test_peer_death(void **state)
     assert_int_equal(req.status, CHORUS_ERR_REMOTE);
 }
 
+/* A rendezvous message into a receive one byte short: both sides fail with
+ * CHORUS_ERR_MISMATCH naming both lengths, nothing is written, the next message arrives. */
+static void test_rndv_mismatch(void **state)
+{
+    chorus_tp_req_t reqs[4];
+    size_t big = 4 * IB_FRAG_PAYLOAD;
+    uint8_t *out = malloc(big), *in = malloc(big);
+    (void)state;
+    side[0].tp.zcopy_min = side[1].tp.zcopy_min = IB_FRAG_PAYLOAD;
+    connect_ok();
+    memset(out, 0x5A, big);
+    memset(in, 0xEE, big);
+    assert_int_equal(ib_isend((chorus_tp_t *)&side[0].tp, 1, out, big, &reqs[0]), CHORUS_SUCCESS);
+    assert_int_equal(ib_isend((chorus_tp_t *)&side[0].tp, 1, out, 9, &reqs[1]), CHORUS_SUCCESS);
+    assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, in, big - 1, &reqs[2]),
+                     CHORUS_SUCCESS);
+    assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, in + 100, 9, &reqs[3]),
+                     CHORUS_SUCCESS);
+    drive(reqs, 4, 1);
+    assert_int_equal(reqs[0].status, CHORUS_ERR_MISMATCH);
+    assert_int_equal(reqs[2].status, CHORUS_ERR_MISMATCH);
+    assert_int_equal(reqs[1].status, CHORUS_SUCCESS);
+    assert_int_equal(reqs[3].status, CHORUS_SUCCESS);
+    assert_int_equal(zwritten, 0);
+    assert_int_equal(in[0], 0xEE);
+    assert_int_equal(in[100], 0x5A);
+    assert_int_equal(in[108], 0x5A);
+    assert_int_equal(in[109], 0xEE);
+    free(out);
+    free(in);
+}
+
+/* Sends between device and host buffers with both sides given device memory calls: every
+ * byte into or out of "device memory" moves by RDMA WRITE, registered through a dma-buf. */
+static void test_rndv_device(void **state)
+{
+    enum { N = 6 };
+    static const size_t sizes[N] = {1, 4096, 3 * IB_FRAG_PAYLOAD + 17, 250000, 0, 5};
+    chorus_tp_req_t reqs[2 * N];
+    uint8_t *host = malloc(1u << 20);
+    (void)state;
+    dev_size = 4u << 20;
+    assert_int_equal(posix_memalign((void **)&dev_base, 4096, dev_size), 0);
+    memset(dev_base, 0xEE, dev_size);
+    give_mem(0);
+    give_mem(1);
+    side[0].tp.zcopy_min = side[1].tp.zcopy_min = 1u << 20;
+    connect_ok();
+    /* Message i: from device at i MiB / 4 + 1 (odd i: from host) into device memory in the
+     * upper half (i % 3 == 2: into host memory). */
+    for (int i = 0; i < N; i++) {
+        uint8_t *src = i % 2 ? host : dev_base + (size_t)i * 300000 + 1;
+        uint8_t *dst = i % 3 == 2 ? host + 512 * 1024 : dev_base + (2u << 20) + (size_t)i * 300000;
+        if (i % 2) memset(host, 0, 512 * 1024);
+        for (size_t j = 0; j < sizes[i]; j++)
+            src[j] = byte_of(0, i, j);
+        assert_int_equal(ib_isend((chorus_tp_t *)&side[0].tp, 1, src, sizes[i], &reqs[i]),
+                         CHORUS_SUCCESS);
+        assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, dst, sizes[i], &reqs[N + i]),
+                         CHORUS_SUCCESS);
+        assert_int_equal(drive(&reqs[i], 1, 1), CHORUS_SUCCESS);
+        assert_int_equal(drive(&reqs[N + i], 1, 1), CHORUS_SUCCESS);
+        assert_int_equal(reqs[i].status, CHORUS_SUCCESS);
+        assert_int_equal(reqs[N + i].status, CHORUS_SUCCESS);
+        for (size_t j = 0; j < sizes[i]; j++) {
+            if (dst[j] != byte_of(0, i, j)) fail_msg("message %d: byte %zu is wrong", i, j);
+        }
+    }
+    /* Everything but the empty message went by RDMA WRITE, through dma-bufs where the
+     * memory was on the "GPU", and both instances say they take device buffers. */
+    size_t total = 0;
+    for (int i = 0; i < N; i++)
+        total += sizes[i];
+    assert_int_equal(zwritten, total);
+    assert_true(ndmabuf_fds >= 5);
+    int ndev = 0;
+    for (int i = 0; i < nregs; i++)
+        ndev += regs[i].device;
+    assert_int_equal(ndev, ndmabuf_fds);
+    free(host);
+}
+
+/* GPUDirect unavailable: the receiver's driver exports no dma-buf, then the sender's NIC
+ * refuses one. Each time the side that failed says why, naming rank and peer, the other
+ * side fails too, and the pair goes on. */
+static void test_rndv_device_unavailable(void **state)
+{
+    chorus_tp_req_t reqs[4];
+    uint8_t host[64];
+    (void)state;
+    dev_size = 1u << 20;
+    assert_int_equal(posix_memalign((void **)&dev_base, 4096, dev_size), 0);
+    memset(dev_base, 3, dev_size);
+    give_mem(0);
+    give_mem(1);
+    connect_ok();
+    dmabuf_fail = 1;
+    memset(host, 7, sizeof(host));
+    assert_int_equal(ib_isend((chorus_tp_t *)&side[0].tp, 1, host, 64, &reqs[0]), CHORUS_SUCCESS);
+    assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, dev_base, 64, &reqs[1]),
+                     CHORUS_SUCCESS);
+    drive(reqs, 2, 1);
+    assert_int_equal(reqs[1].status, CHORUS_ERR_UNSUPPORTED);
+    assert_int_equal(reqs[0].status, CHORUS_ERR_REMOTE);
+    dmabuf_fail = 0;
+    dmabuf_reg_fail = 1;
+    assert_int_equal(ib_isend((chorus_tp_t *)&side[0].tp, 1, dev_base, 64, &reqs[2]),
+                     CHORUS_SUCCESS);
+    assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, host, 64, &reqs[3]), CHORUS_SUCCESS);
+    /* Only side 0 registers here (the receive is host memory, registered by ibv_reg_mr). */
+    uint64_t deadline = chorus__deadline_after(10.0);
+    while (!reqs[2].done) {
+        ib_progress((chorus_tp_t *)&side[1].tp);
+        ib_progress((chorus_tp_t *)&side[0].tp);
+        assert_false(chorus__deadline_passed(deadline));
+    }
+    assert_int_equal(reqs[2].status, CHORUS_ERR_UNSUPPORTED); /* errno EOPNOTSUPP */
+    const char *e = chorus_last_error();
+    assert_non_null(strstr(e, "GPUDirect RDMA unavailable"));
+    assert_non_null(strstr(e, "ibv_reg_dmabuf_mr"));
+    assert_non_null(strstr(e, "rank 0"));
+    assert_non_null(strstr(e, "peer 1"));
+    drive(&reqs[3], 1, 1);
+    assert_int_equal(reqs[3].status, CHORUS_ERR_REMOTE);
+    assert_non_null(strstr(chorus_last_error(), "gave up"));
+    /* The pair goes on. */
+    dmabuf_reg_fail = 0;
+    assert_int_equal(ib_isend((chorus_tp_t *)&side[0].tp, 1, dev_base, 64, &reqs[0]),
+                     CHORUS_SUCCESS);
+    assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, host, 64, &reqs[1]), CHORUS_SUCCESS);
+    assert_int_equal(drive(reqs, 2, 1), CHORUS_SUCCESS);
+    assert_int_equal(reqs[1].status, CHORUS_SUCCESS);
+    assert_memory_equal(host, dev_base, 64);
+}
+
+/* The receiver's own message when the driver exports no dma-buf. */
+static void test_rndv_device_no_export(void **state)
+{
+    chorus_tp_req_t reqs[2];
+    uint8_t host[64] = {0};
+    (void)state;
+    dev_size = 1u << 20;
+    assert_int_equal(posix_memalign((void **)&dev_base, 4096, dev_size), 0);
+    give_mem(0);
+    give_mem(1);
+    connect_ok();
+    dmabuf_fail = 1;
+    assert_int_equal(ib_isend((chorus_tp_t *)&side[0].tp, 1, host, 64, &reqs[0]), CHORUS_SUCCESS);
+    assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, dev_base, 64, &reqs[1]),
+                     CHORUS_SUCCESS);
+    uint64_t deadline = chorus__deadline_after(10.0);
+    while (!reqs[1].done) {
+        ib_progress((chorus_tp_t *)&side[0].tp);
+        ib_progress((chorus_tp_t *)&side[1].tp);
+        assert_false(chorus__deadline_passed(deadline));
+    }
+    assert_int_equal(reqs[1].status, CHORUS_ERR_UNSUPPORTED);
+    const char *e = chorus_last_error();
+    assert_non_null(strstr(e, "rank 1"));
+    assert_non_null(strstr(e, "peer 0"));
+    assert_non_null(strstr(e, "GPUDirect RDMA unavailable"));
+    assert_non_null(strstr(e, "dma-buf export unsupported"));
+    drive(reqs, 1, 0);
+    assert_int_equal(reqs[0].status, CHORUS_ERR_REMOTE);
+}
+
+/* A peer without device memory calls sends into a device receive through the slots: the
+ * receive fails saying why, instead of the CPU writing into GPU memory. */
+static void test_eager_into_device_refused(void **state)
+{
+    chorus_tp_req_t reqs[2];
+    uint8_t host[64] = {1};
+    (void)state;
+    dev_size = 1u << 20;
+    assert_int_equal(posix_memalign((void **)&dev_base, 4096, dev_size), 0);
+    memset(dev_base, 0xEE, 64);
+    give_mem(1);
+    connect_ok();
+    assert_int_equal(ib_isend((chorus_tp_t *)&side[0].tp, 1, host, 64, &reqs[0]), CHORUS_SUCCESS);
+    assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, dev_base, 64, &reqs[1]),
+                     CHORUS_SUCCESS);
+    drive(reqs, 2, 1);
+    assert_int_equal(reqs[1].status, CHORUS_ERR_UNSUPPORTED);
+    assert_int_equal(dev_base[0], 0xEE);
+    assert_int_equal(chorus__tp_instance_caps(&chorus__tp_ib_ops, (chorus_tp_t *)&side[0].tp),
+                     CHORUS_TP_CAP_HOST_MEM);
+    assert_int_equal(chorus__tp_instance_caps(&chorus__tp_ib_ops, (chorus_tp_t *)&side[1].tp),
+                     CHORUS_TP_CAP_HOST_MEM | CHORUS_TP_CAP_DEVICE_MEM);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fifo_both_ways, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rndv_fifo_both_ways, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rndv_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rndv_device, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rndv_device_unavailable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rndv_device_no_export, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eager_into_device_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mismatch_keeps_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_way_credit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_secret, setup, teardown),

@@ -87,12 +87,14 @@ const chorus_tp_ops_t chorus__tp_ib_ops = {
     .reg_mem = NULL,
     .dereg_mem = NULL,
     .fini = stub_fini,
+    .instance_caps = NULL, /* caps: host memory; init refuses anyway */
 };
 
 #else /* CHORUS_HAVE_IBV */
 
 #include "transport/ib/ib_verbs.h"
 #include "util/clock.h"
+#include "util/config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -128,37 +130,47 @@ chorus_status_t ib_hello_mac(const ib_tp_t *tp, int src, int dst, const uint8_t 
     return CHORUS_SUCCESS;
 }
 
-/* ---- Registration calls behind the cache (reg_mem / dereg_mem) ---- */
+/* ---- Registration (reg_mem / dereg_mem; the calls are in ib_tp_zc.c) ---- */
 
-static int regcache_reg(void *ctx, void *addr, size_t len, void **mr_p, uint32_t *lkey_p,
-                        uint32_t *rkey_p)
+/* ibv_reg_mr is a macro and ibv_dereg_mr may be one: functions for the pointers. */
+static struct ibv_mr *reg_host_verbs(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
-    ib_tp_t *tp = ctx;
-    /* GPUDirect RDMA hook: a device buffer would be registered here through its dma-buf
-     * (ibv_reg_dmabuf_mr with the fd the GPU plugin exports), not ibv_reg_mr. Not written:
-     * the transport advertises host memory only (no CHORUS_TP_CAP_DEVICE_MEM). */
-    struct ibv_mr *mr =
-        ibv_reg_mr(tp->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-
-    if (mr == NULL) return -1;
-    *mr_p = mr;
-    *lkey_p = mr->lkey;
-    *rkey_p = mr->rkey;
-    return 0;
+    return ibv_reg_mr(pd, addr, len, access);
 }
 
-static void regcache_dereg(void *ctx, void *mr)
+static int dereg_verbs(struct ibv_mr *mr)
 {
-    (void)ctx;
-    ibv_dereg_mr(mr);
+    return ibv_dereg_mr(mr);
+}
+
+/* The cache a buffer's registration lives in: device memory has its own, so that a host
+ * range and a device range never alias. */
+static chorus_regcache_t *cache_of(ib_tp_t *tp, const void *buf)
+{
+    return ib_is_device(tp, buf) ? tp->regcache_dev : tp->regcache;
 }
 
 static chorus_status_t ib_reg_mem(chorus_tp_t *tp_, void *buf, size_t bytes, void **handle_p)
 {
     ib_tp_t *tp = (ib_tp_t *)tp_;
+    chorus_regcache_t *rc = cache_of(tp, buf);
     chorus_reg_t *reg;
-    chorus_status_t status = chorus__regcache_get(tp->regcache, buf, bytes, &reg);
+    chorus_status_t status;
 
+    if (rc == NULL) {
+        return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                             "rank %d: ib: reg_mem of device memory at %p: GPUDirect RDMA "
+                             "unavailable (no device memory calls)",
+                             tp->rank, buf);
+    }
+    tp->reg_why[0] = '\0';
+    status = chorus__regcache_get(rc, buf, bytes, &reg);
+    if (status != CHORUS_SUCCESS && tp->reg_why[0] != '\0') {
+        return chorus__error(tp->reg_status,
+                             "rank %d: ib: reg_mem of %zu bytes of device memory at %p: GPUDirect "
+                             "RDMA unavailable: %s",
+                             tp->rank, bytes, buf, tp->reg_why);
+    }
     if (status != CHORUS_SUCCESS) return chorus__error_context(status, "rank %d", tp->rank);
     *handle_p = reg;
     return CHORUS_SUCCESS;
@@ -168,12 +180,12 @@ static chorus_status_t ib_dereg_mem(chorus_tp_t *tp_, void *handle)
 {
     ib_tp_t *tp = (ib_tp_t *)tp_;
     chorus_reg_t *reg = handle;
+    chorus_regcache_t *rc = cache_of(tp, (void *)reg->start);
 
     /* Nothing tells us when the memory is freed, and a registration of freed-then-reused
      * pages would send stale data: the last dereg drops the entry rather than caching it. */
-    if (reg->refs == 1)
-        chorus__regcache_invalidate(tp->regcache, (void *)reg->start, reg->end - reg->start);
-    chorus__regcache_put(tp->regcache, reg);
+    if (reg->refs == 1) chorus__regcache_invalidate(rc, (void *)reg->start, reg->end - reg->start);
+    chorus__regcache_put(rc, reg);
     return CHORUS_SUCCESS;
 }
 
@@ -236,9 +248,66 @@ static chorus_status_t make_region(ib_tp_t *tp, size_t n, int access, uint8_t **
     return CHORUS_SUCCESS;
 }
 
+/* Whether the device registers dma-bufs, asked without one: a provider that cannot says
+ * EOPNOTSUPP whatever the arguments; one that can refuses fd -1 for another reason. */
+static int probe_dmabuf(ib_tp_t *tp)
+{
+    struct ibv_mr *mr;
+
+    errno = 0;
+    mr = ibv_reg_dmabuf_mr(tp->pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
+    if (mr != NULL) {
+        ibv_dereg_mr(mr);
+        return 1;
+    }
+    if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EPROTONOSUPPORT) {
+        CHORUS_INFO("ib", "rank %d: %s cannot register dma-bufs: GPUDirect RDMA unavailable",
+                    tp->rank, tp->dev.dev);
+        return 0;
+    }
+    return 1;
+}
+
+/* The port's largest message, which bounds one RDMA WRITE (1 GiB at most, the usual). */
+static uint64_t port_max_msg(ib_tp_t *tp)
+{
+    struct ibv_port_attr pa;
+    uint64_t max = (uint64_t)1 << 30;
+
+    memset(&pa, 0, sizeof(pa));
+    if (ibv_query_port(tp->dev.ctx, (uint8_t)tp->dev.port, &pa) == 0 && pa.max_msg_sz > 0 &&
+        pa.max_msg_sz < max) {
+        max = pa.max_msg_sz;
+    }
+    return max;
+}
+
+static chorus_status_t make_caches(ib_tp_t *tp)
+{
+    chorus_regcache_ops_t host = {ib_reg_host_cb, ib_dereg_cb, tp, "ib"};
+    chorus_regcache_ops_t dev = {ib_reg_dev_cb, ib_dereg_cb, tp, "ib (device memory)"};
+    const chorus_tp_mem_ops_t *mem = tp->params.mem;
+    chorus_status_t status;
+
+    tp->reg_host = reg_host_verbs;
+    tp->reg_dmabuf = ibv_reg_dmabuf_mr;
+    tp->dereg = dereg_verbs;
+    /* The default (1 MiB) is unmeasured: there was no NIC where this was written. Below it
+     * the two copies through the slots (a few GB/s of memcpy on each side, pipelined with
+     * the wire) cost about what the rendezvous does: a round trip, and a registration of
+     * the user buffer (pinning: tens of microseconds per MiB) made and dropped per message,
+     * because nothing tells this transport when user memory is freed. */
+    tp->zcopy_min = chorus__config_size("CHORUS_IB_ZCOPY_MIN", (uint64_t)1 << 20);
+    tp->max_msg = port_max_msg(tp);
+    status = chorus__regcache_create(&host, (size_t)1 << 30, &tp->regcache);
+    if (status != CHORUS_SUCCESS || mem == NULL || mem->is_device == NULL || mem->dmabuf == NULL)
+        return status;
+    tp->dmabuf_ok = probe_dmabuf(tp);
+    return chorus__regcache_create(&dev, (size_t)1 << 30, &tp->regcache_dev);
+}
+
 static chorus_status_t make_verbs(ib_tp_t *tp)
 {
-    chorus_regcache_ops_t rops = {regcache_reg, regcache_dereg, tp, "ib"};
     chorus_status_t status;
     int flags;
 
@@ -265,7 +334,7 @@ static chorus_status_t make_verbs(ib_tp_t *tp)
     if (status != CHORUS_SUCCESS) return status;
     status = make_region(tp, tp->region_bytes, IBV_ACCESS_LOCAL_WRITE, &tp->tx_buf, &tp->tx_mr);
     if (status != CHORUS_SUCCESS) return status;
-    return chorus__regcache_create(&rops, (size_t)1 << 30, &tp->regcache);
+    return make_caches(tp);
 }
 
 static void ib_fini(chorus_tp_t *tp_);
@@ -507,6 +576,7 @@ static void ib_fini(chorus_tp_t *tp_)
         if (tp->peers[r].qp != NULL) ibv_destroy_qp(tp->peers[r].qp);
     }
     chorus__regcache_destroy(tp->regcache);
+    chorus__regcache_destroy(tp->regcache_dev);
     if (tp->rx_mr != NULL) ibv_dereg_mr(tp->rx_mr);
     if (tp->tx_mr != NULL) ibv_dereg_mr(tp->tx_mr);
     free(tp->rx_buf);
@@ -517,6 +587,17 @@ static void ib_fini(chorus_tp_t *tp_)
     if (tp->dev.ctx != NULL) ibv_close_device(tp->dev.ctx);
     free(tp->peers);
     free(tp);
+}
+
+/* Device buffers only where the core gave device memory calls and the NIC did not refuse
+ * dma-buf registration. */
+static uint32_t ib_instance_caps(chorus_tp_t *tp_)
+{
+    ib_tp_t *tp = (ib_tp_t *)tp_;
+    uint32_t caps = CHORUS_TP_CAP_HOST_MEM;
+
+    if (tp != NULL && tp->regcache_dev != NULL && tp->dmabuf_ok) caps |= CHORUS_TP_CAP_DEVICE_MEM;
+    return caps;
 }
 
 const chorus_tp_ops_t chorus__tp_ib_ops = {
@@ -533,6 +614,7 @@ const chorus_tp_ops_t chorus__tp_ib_ops = {
     .reg_mem = ib_reg_mem,
     .dereg_mem = ib_dereg_mem,
     .fini = ib_fini,
+    .instance_caps = ib_instance_caps,
 };
 
 #endif /* CHORUS_HAVE_IBV */

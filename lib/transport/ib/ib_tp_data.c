@@ -4,8 +4,10 @@
  * sequence number in the immediate; the receiver copies fragments, in sequence order, into
  * the receive at the head of that peer's queue. Copying on both sides keeps every written
  * byte in memory registered once at init, so no user buffer is ever pinned behind the
- * user's back (zero-copy from reg_mem'd buffers is the next step). Per-pair FIFO follows
- * from one sequence per direction and one queue per peer and kind.
+ * user's back. Messages that take the zero-copy rendezvous instead (ib.h; large ones, and
+ * every one in device memory) put only their RTS and FIN through the slots; ib_tp_zc.c
+ * moves them. Per-pair FIFO follows from one sequence per direction and one queue per peer
+ * and kind, and from a rendezvous send holding later sends back until its FIN went.
  */
 #ifdef CHORUS_HAVE_IBV
 
@@ -37,6 +39,7 @@ chorus_status_t ib_peer_fail(ib_tp_t *tp, ib_peer_t *p, chorus_status_t status, 
     chorus__error(status, "rank %d: ib: %s", tp->rank, p->why);
     chorus__tp_queue_fail(&p->sq_head, &p->sq_tail, status);
     chorus__tp_queue_fail(&p->rq_head, &p->rq_tail, status);
+    ib_zc_fail(tp, p, status);
     return status;
 }
 
@@ -45,7 +48,10 @@ void ib_fail_all(ib_tp_t *tp, chorus_status_t status, const char *why)
     for (int r = 0; r < tp->nranks; r++) {
         ib_peer_t *p = &tp->peers[r];
 
-        if (p->rank < 0 || (p->sq_head == NULL && p->rq_head == NULL)) continue;
+        if (p->rank < 0 || (p->sq_head == NULL && p->rq_head == NULL && p->zd_head == NULL &&
+                            p->ztx_reg.reg == NULL && p->zrx_reg.reg == NULL)) {
+            continue;
+        }
         ib_peer_fail(tp, p, status, "peer %d: %s", r, why);
     }
 }
@@ -97,10 +103,8 @@ static chorus_status_t post_write(ib_tp_t *tp, ib_peer_t *p, unsigned kind, uint
     return CHORUS_SUCCESS;
 }
 
-/* Writes one fragment into the next slot, when credit, staging slot and queue room allow:
- * 1 if it went, 0 if not now. */
-static int tx_fragment(ib_tp_t *tp, ib_peer_t *p, const void *payload, uint32_t len, uint64_t total,
-                       uint32_t flags)
+int ib_tx_fragment(ib_tp_t *tp, ib_peer_t *p, const void *payload, uint32_t len, uint64_t total,
+                   uint32_t flags, unsigned kind, uint32_t *seq_p)
 {
     uint32_t k = p->cr.tx_seq % IB_NSLOTS, seq;
     ib_frag_hdr_t *h;
@@ -117,11 +121,12 @@ static int tx_fragment(ib_tp_t *tp, ib_peer_t *p, const void *payload, uint32_t 
     h->flags = flags;
     h->pad = 0;
     if (len > 0) memcpy(h + 1, payload, len);
-    if (post_write(tp, p, IB_WR_DATA, k, (uint32_t)sizeof(*h) + len, seq & IB_IMM_MASK) !=
+    if (post_write(tp, p, kind, k, (uint32_t)sizeof(*h) + len, seq & IB_IMM_MASK) !=
         CHORUS_SUCCESS) {
         return 0;
     }
     p->tx_busy[k] = 1;
+    if (seq_p != NULL) *seq_p = seq;
     return 1;
 }
 
@@ -131,7 +136,8 @@ chorus_status_t ib_send_hello(ib_tp_t *tp, ib_peer_t *p)
     chorus_status_t status = ib_hello_mac(tp, tp->rank, p->rank, p->nonce, p->qp->qp_num, mac);
 
     if (status != CHORUS_SUCCESS) return status;
-    if (!tx_fragment(tp, p, mac, sizeof(mac), sizeof(mac), IB_FRAG_FIRST | IB_FRAG_HELLO)) {
+    if (!ib_tx_fragment(tp, p, mac, sizeof(mac), sizeof(mac), IB_FRAG_FIRST | IB_FRAG_HELLO,
+                        IB_WR_DATA, NULL)) {
         return p->failed != CHORUS_SUCCESS ? p->failed
                                            : chorus__error(CHORUS_ERR_INTERNAL,
                                                            "rank %d: ib: no slot for the hello to "
@@ -142,19 +148,24 @@ chorus_status_t ib_send_hello(ib_tp_t *tp, ib_peer_t *p)
     return CHORUS_SUCCESS;
 }
 
-/* Pushes queued sends out as far as credit goes. priv[0] says the first fragment went. */
+/* Pushes a due RTR or FIN, then queued sends, out as far as credit goes. */
 static void peer_tx(ib_tp_t *tp, ib_peer_t *p)
 {
+    if (p->failed != CHORUS_SUCCESS || !ib_zc_tx_control(tp, p)) return;
     while (p->sq_head != NULL && p->failed == CHORUS_SUCCESS) {
         chorus_tp_req_t *req = p->sq_head;
         size_t left = req->bytes - req->offset;
         uint32_t len = left < IB_FRAG_PAYLOAD ? (uint32_t)left : (uint32_t)IB_FRAG_PAYLOAD;
 
-        if (!tx_fragment(tp, p, (const uint8_t *)req->buf + req->offset, len, req->bytes,
-                         req->priv[0] ? 0 : IB_FRAG_FIRST)) {
+        if (req->priv[IB_PRIV_PATH] == IB_PATH_RNDV) {
+            if (!ib_zc_tx(tp, p, req) || !ib_zc_tx_control(tp, p)) break;
+            continue;
+        }
+        if (!ib_tx_fragment(tp, p, (const uint8_t *)req->buf + req->offset, len, req->bytes,
+                            req->priv[IB_PRIV_STARTED] ? 0 : IB_FRAG_FIRST, IB_WR_DATA, NULL)) {
             break;
         }
-        req->priv[0] = 1;
+        req->priv[IB_PRIV_STARTED] = 1;
         req->offset += len;
         if (req->offset == req->bytes) {
             chorus__tp_queue_pop(&p->sq_head, &p->sq_tail);
@@ -176,7 +187,33 @@ static void return_credit(ib_tp_t *tp, ib_peer_t *p)
     post_write(tp, p, IB_WR_CREDIT, 0, 0, IB_IMM_CREDIT | (credit & IB_IMM_MASK));
 }
 
-/* Copies arrived fragments, in order, into the queued receives. */
+/* The head receive refuses the eager message whose first fragment is h: another length,
+ * or bytes the CPU would have to copy into device memory (a peer without GPUDirect RDMA). */
+static void rx_refuse(ib_tp_t *tp, ib_peer_t *p, chorus_tp_req_t *req, const ib_frag_hdr_t *h)
+{
+    chorus_status_t status;
+
+    if (h->total != req->bytes) {
+        status = chorus__error(CHORUS_ERR_REMOTE,
+                               "rank %d: ib: message from peer %d has %llu bytes, the receive "
+                               "expects %zu",
+                               tp->rank, p->rank, (unsigned long long)h->total, req->bytes);
+    } else {
+        status = chorus__error(CHORUS_ERR_UNSUPPORTED,
+                               "rank %d: ib: peer %d sent %llu bytes through the slots, but the "
+                               "receive is in device memory, which the CPU cannot copy into (the "
+                               "peer's transport has no device memory calls: GPUDirect RDMA is "
+                               "unavailable there)",
+                               tp->rank, p->rank, (unsigned long long)h->total);
+    }
+    chorus__tp_queue_pop(&p->rq_head, &p->rq_tail);
+    chorus__tp_req_complete(req, status);
+    p->rx_skip = h->total - h->len;
+    ib_credit_rx_consume(&p->cr);
+}
+
+/* Copies arrived fragments, in order, into the queued receives; rendezvous fragments go to
+ * ib_tp_zc.c. */
 static void peer_rx(ib_tp_t *tp, ib_peer_t *p)
 {
     uint32_t k;
@@ -185,6 +222,7 @@ static void peer_rx(ib_tp_t *tp, ib_peer_t *p)
         const ib_frag_hdr_t *h = (const ib_frag_hdr_t *)slot_at(tp->rx_buf, p->rank, k);
         chorus_tp_req_t *req = p->rq_head;
         int first = (h->flags & IB_FRAG_FIRST) != 0;
+        ib_rx_action_t action;
 
         if (p->rx_skip > 0) {
             /* The rest of a message its receive refused. */
@@ -193,22 +231,22 @@ static void peer_rx(ib_tp_t *tp, ib_peer_t *p)
             ib_credit_rx_consume(&p->cr);
             continue;
         }
-        if (req == NULL) break;
-        if (first != !req->priv[0] || h->len > h->total) goto corrupt;
-        if (first && h->total != req->bytes) {
-            chorus__tp_queue_pop(&p->rq_head, &p->rq_tail);
-            chorus__tp_req_complete(
-                req, chorus__error(CHORUS_ERR_REMOTE,
-                                   "rank %d: ib: message from peer %d has %llu bytes, the "
-                                   "receive expects %zu",
-                                   tp->rank, p->rank, (unsigned long long)h->total, req->bytes));
-            p->rx_skip = h->total - h->len;
-            ib_credit_rx_consume(&p->cr);
+        action = ib_rndv_rx_classify(&p->z, h->flags, req != NULL,
+                                     req != NULL && req->priv[IB_PRIV_STARTED]);
+        if (action == IB_RX_WAIT) break;
+        if (action == IB_RX_BAD) goto corrupt;
+        if (action != IB_RX_EAGER) {
+            if (!ib_zc_rx(tp, p, h, action)) return;
+            continue;
+        }
+        if (first != !req->priv[IB_PRIV_STARTED] || h->len > h->total) goto corrupt;
+        if (first && (h->total != req->bytes || (h->total > 0 && req->priv[IB_PRIV_DEVICE]))) {
+            rx_refuse(tp, p, req, h);
             continue;
         }
         if (h->total != req->bytes || h->len > req->bytes - req->offset) goto corrupt;
         if (h->len > 0) memcpy((uint8_t *)req->buf + req->offset, h + 1, h->len);
-        req->priv[0] = 1;
+        req->priv[IB_PRIV_STARTED] = 1;
         req->offset += h->len;
         ib_credit_rx_consume(&p->cr);
         if (req->offset == req->bytes) {
@@ -275,7 +313,11 @@ static void on_arrival(ib_tp_t *tp, ib_peer_t *p, uint32_t imm)
 
 static const char *kind_name(unsigned kind)
 {
-    return kind == IB_WR_RECV ? "receive" : kind == IB_WR_DATA ? "write" : "credit write";
+    return kind == IB_WR_RECV    ? "receive"
+           : kind == IB_WR_DATA  ? "write"
+           : kind == IB_WR_ZDATA ? "rendezvous RDMA write"
+           : kind == IB_WR_FIN   ? "rendezvous FIN write"
+                                 : "credit write";
 }
 
 static void on_completion(ib_tp_t *tp, const struct ibv_wc *wc)
@@ -294,7 +336,8 @@ static void on_completion(ib_tp_t *tp, const struct ibv_wc *wc)
                      kind_name(kind), ibv_wc_status_str(wc->status));
         return;
     }
-    if (kind == IB_WR_DATA && k < IB_NSLOTS) p->tx_busy[k] = 0;
+    if ((kind == IB_WR_DATA || kind == IB_WR_FIN) && k < IB_NSLOTS) p->tx_busy[k] = 0;
+    if (kind == IB_WR_FIN || kind == IB_WR_ZDATA) ib_zc_completion(tp, p, kind);
     if (kind == IB_WR_RECV && wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         on_arrival(tp, p, ntohl(wc->imm_data));
     }
@@ -365,7 +408,10 @@ static chorus_status_t post(ib_tp_t *tp, int peer, const void *buf, size_t bytes
     if (status != CHORUS_SUCCESS) return status;
     p = &tp->peers[peer];
     chorus__tp_req_reset(req, peer, buf, bytes, send ? IB_REQ_SEND : IB_REQ_RECV);
-    req->priv[0] = 0;
+    memset(req->priv, 0, sizeof(req->priv));
+    req->priv[IB_PRIV_DEVICE] = (uint64_t)(bytes > 0 && ib_is_device(tp, buf));
+    req->priv[IB_PRIV_PATH] = ib_rndv_path(bytes, (int)req->priv[IB_PRIV_DEVICE],
+                                           tp->regcache_dev != NULL, tp->zcopy_min);
     if (p->failed != CHORUS_SUCCESS) {
         chorus__tp_req_complete(req, chorus__error(p->failed, "rank %d: ib: %s", tp->rank, p->why));
         return CHORUS_SUCCESS;

@@ -26,6 +26,7 @@
 #define IB_FRAG_MAGIC 0x47524643u /* "CFRG" */
 #define IB_FRAG_FIRST 1u          /* first fragment of a message */
 #define IB_FRAG_HELLO 2u          /* the first fragment of a connection: the secret's proof */
+/* IB_FRAG_RTS, IB_FRAG_RTR and IB_FRAG_FIN (ib.h) mark the rendezvous's fragments. */
 typedef struct {
     uint32_t magic;
     uint32_t seq;    /* full sequence number; the immediate carries its low 31 bits */
@@ -87,6 +88,22 @@ chorus_status_t ib_dev_open(const chorus_tp_params_t *params, ib_dev_choice_t *c
 #define IB_REQ_SEND 1
 #define IB_REQ_RECV 2
 
+/* Scratch words of a request (chorus_tp_req_t.priv). */
+#define IB_PRIV_STARTED 0 /* a fragment (eager) or the RTS of it went / was taken */
+#define IB_PRIV_PATH 1    /* ib_path_t (sends) */
+#define IB_PRIV_DEVICE 2  /* the buffer is device memory */
+#define IB_PRIV_REG 3     /* ib_zreg_t * of a rendezvous send whose FIN went */
+
+/* A registration the rendezvous holds: from the cache, and dropped from it after the
+ * message when the message made it (nothing tells us when user memory is freed, and a
+ * registration of freed-then-reused pages would move stale bytes; what reg_mem registered
+ * stays). */
+typedef struct {
+    chorus_reg_t *reg;
+    int device;    /* from the device cache */
+    int transient; /* made for this message: invalidated at the put */
+} ib_zreg_t;
+
 typedef struct {
     int rank; /* -1: not a peer */
     struct ibv_qp *qp;
@@ -100,6 +117,14 @@ typedef struct {
     int sq_posted;              /* work requests on the send queue not completed yet */
     uint8_t tx_busy[IB_NSLOTS]; /* staging slot still being written from */
     uint64_t rx_skip;           /* payload bytes left of a message its receive refused */
+    /* Rendezvous (ib_tp_zc.c). At most one send and one receive per peer are in it. */
+    ib_rndv_t z;
+    ib_zreg_t ztx_reg, zrx_reg; /* the source of the send, the receive's buffer */
+    int rtr_due;                /* rtr_out is still to be written */
+    ib_rtr_t rtr_out;
+    int fin_due; /* fin_out (a send that gave up) is still to be written */
+    ib_fin_t fin_out;
+    chorus_tp_req_t *zd_head, *zd_tail; /* sends whose FIN went, until it completes */
     uint64_t last_ping_ns;
     chorus_tp_req_t *sq_head, *sq_tail;
     chorus_tp_req_t *rq_head, *rq_tail;
@@ -126,7 +151,18 @@ typedef struct {
     size_t region_bytes;
     ib_peer_t *peers; /* nranks entries */
     int npeers;
-    chorus_regcache_t *regcache; /* reg_mem / dereg_mem */
+    chorus_regcache_t *regcache;     /* host memory: reg_mem / dereg_mem and the rendezvous */
+    chorus_regcache_t *regcache_dev; /* device memory (dma-buf); NULL without params.mem */
+    uint64_t zcopy_min;              /* CHORUS_IB_ZCOPY_MIN; 0: host messages always eager */
+    uint64_t max_msg;                /* the port's largest message: one RDMA WRITE at most */
+    int dmabuf_ok;                   /* the device did not refuse dma-buf registration */
+    /* The registration calls, behind pointers so that tests need no device. */
+    struct ibv_mr *(*reg_host)(struct ibv_pd *pd, void *addr, size_t len, int access);
+    struct ibv_mr *(*reg_dmabuf)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                                 int fd, int access);
+    int (*dereg)(struct ibv_mr *mr);
+    chorus_status_t reg_status; /* why the last registration failed, for messages */
+    char reg_why[192];
     int connected;
     struct ibv_wc stash[IB_STASH]; /* completions wait() polled, for progress() */
     int nstash;
@@ -137,6 +173,8 @@ typedef struct {
 #define IB_WR_RECV 1u
 #define IB_WR_DATA 2u
 #define IB_WR_CREDIT 3u
+#define IB_WR_ZDATA 4u /* an RDMA WRITE of rendezvous data */
+#define IB_WR_FIN 5u   /* the FIN fragment of a rendezvous send */
 static inline uint64_t ib_wr_id(int peer, unsigned kind, uint32_t slot)
 {
     return (uint64_t)(uint32_t)peer << 32 | (uint64_t)kind << 16 | slot;
@@ -162,6 +200,34 @@ chorus_status_t ib_progress(chorus_tp_t *tp);
 chorus_status_t ib_wait(chorus_tp_t *tp, uint64_t timeout_us);
 /* Fails every pending request of every peer (fini, and setup errors). */
 void ib_fail_all(ib_tp_t *tp, chorus_status_t status, const char *why);
+/* Writes one fragment into the peer's next slot, when credit, staging slot and send queue
+ * allow: 1 if it went (*seq_p: its sequence, may be NULL), 0 if not now. kind: IB_WR_DATA or
+ * IB_WR_FIN. */
+int ib_tx_fragment(ib_tp_t *tp, ib_peer_t *p, const void *payload, uint32_t len, uint64_t total,
+                   uint32_t flags, unsigned kind, uint32_t *seq_p);
+
+/* Rendezvous (ib_tp_zc.c). */
+/* The regcache_ops_t calls: host memory (tp->reg_host), device memory (params.mem->dmabuf,
+ * then tp->reg_dmabuf, the fd closed after; tp->reg_why says why one failed), and dereg. */
+int ib_reg_host_cb(void *ctx, void *addr, size_t len, void **mr_p, uint32_t *lkey_p,
+                   uint32_t *rkey_p);
+int ib_reg_dev_cb(void *ctx, void *addr, size_t len, void **mr_p, uint32_t *lkey_p,
+                  uint32_t *rkey_p);
+void ib_dereg_cb(void *ctx, void *mr);
+/* Nonzero if buf is device memory (params.mem says; never without it). */
+int ib_is_device(const ib_tp_t *tp, const void *buf);
+/* Sender: moves the rendezvous send at the head of p's queue on: 1 if it left the queue
+ * (done, failed, or waiting for its FIN's completion), 0 if it must wait. */
+int ib_zc_tx(ib_tp_t *tp, ib_peer_t *p, chorus_tp_req_t *req);
+/* Writes a due RTR or FIN: 0 when one is still due (nothing else may go first). */
+int ib_zc_tx_control(ib_tp_t *tp, ib_peer_t *p);
+/* Receiver: the fragment h at the head of p's stream, classified as action; returns 1 if it
+ * was consumed, 0 if it must wait (the peer may have failed: check p->failed). */
+int ib_zc_rx(ib_tp_t *tp, ib_peer_t *p, const ib_frag_hdr_t *h, ib_rx_action_t action);
+/* A completion of kind IB_WR_FIN or IB_WR_ZDATA. */
+void ib_zc_completion(ib_tp_t *tp, ib_peer_t *p, unsigned kind);
+/* Drops what a failed peer's rendezvous holds, failing its FIN-waiting sends. */
+void ib_zc_fail(ib_tp_t *tp, ib_peer_t *p, chorus_status_t status);
 
 #endif /* CHORUS_HAVE_IBV */
 #endif
