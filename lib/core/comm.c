@@ -362,6 +362,9 @@ static chorus_status_t core_connect_kind(chorus_comm_t comm, const chorus_tp_ops
         params.listen_addr = chorus__bootstrap_local_addr(comm->bs);
         pref = kind == CHORUS_PEER_IB ? core_nic_preference(comm) : NULL;
         params.nic_preference = pref;
+        /* Every transport gets the GPU's memory calls (static: they outlive the comm); one
+         * that can move device memory itself says so in its instance_caps. */
+        params.mem = chorus__gpu_tp_mem(comm);
         local = ops->init(&params, &tp);
         free(pref);
         if (local == CHORUS_SUCCESS) local = ops->get_addr(tp, recs[comm->rank].blob, &len);

@@ -119,6 +119,10 @@ static chorus_status_t gpu_choose_path(chorus_gpu_comm_t *g, const char *what)
     chorus_status_t status;
 
     g->path_chosen = 1;
+    /* CHORUS_GPU_PATH=direct is for send/recv: a collective's schedule reduces with the CPU
+     * kernels, which cannot read device memory (gpu_direct.c), so collectives choose as
+     * under auto. */
+    if (g->path == GPU_PATH_DIRECT) g->path = GPU_PATH_AUTO;
     if (g->path == GPU_PATH_STAGING) return CHORUS_SUCCESS;
     if (comm->nhosts != 1 || comm->arena == NULL) {
         if (g->path == GPU_PATH_AUTO) {
@@ -206,11 +210,14 @@ static void gpu_run_op(chorus_gpu_comm_t *g, const chorus_gpu_op_t *op)
     if (status == CHORUS_SUCCESS) {
         if (op->kind == GPU_OP_COLL) {
             status = gpu_run_coll(g, &op->call, what);
-        } else if (op->nops == 1) {
-            snprintf(peer_what, sizeof peer_what, "%s (peer %d)", what, ops[0].peer);
-            status = chorus__gpu_staging_p2p(g, ops, 1, peer_what);
         } else {
-            status = chorus__gpu_staging_p2p(g, ops, op->nops, what);
+            const char *w = what;
+            if (op->nops == 1) {
+                snprintf(peer_what, sizeof peer_what, "%s (peer %d)", what, ops[0].peer);
+                w = peer_what;
+            }
+            status = op->path == GPU_PATH_DIRECT ? chorus__gpu_direct_p2p(g, ops, op->nops, w)
+                                                 : chorus__gpu_staging_p2p(g, ops, op->nops, w);
         }
     }
     if (status != CHORUS_SUCCESS) {
@@ -341,17 +348,20 @@ static void gpu_counter_put(chorus_gpu_comm_t *g)
 
 /* ---- The comm's device state ---- */
 
-static chorus_status_t gpu_parse_path(chorus_comm_t comm, chorus_gpu_path_t *path_p)
+/* How each peer is reached, for the send/recv path: the capabilities of the transport
+ * instance that serves it, which do not change once the comm is connected. */
+static chorus_status_t gpu_peers_init(chorus_gpu_comm_t *g)
 {
-    const char *text = chorus__config_str("CHORUS_GPU_PATH");
+    chorus_comm_t comm = g->comm;
 
-    if (text == NULL || strcmp(text, "auto") == 0) *path_p = GPU_PATH_AUTO;
-    else if (strcmp(text, "ipc") == 0) *path_p = GPU_PATH_IPC;
-    else if (strcmp(text, "staging") == 0) *path_p = GPU_PATH_STAGING;
-    else
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "rank %d: CHORUS_GPU_PATH=%s is not auto, ipc or staging",
-                             comm->rank, text);
+    g->peers = calloc((size_t)comm->nranks, sizeof *g->peers);
+    if (g->peers == NULL) return CHORUS_ERR_NO_MEMORY;
+    for (int p = 0; p < comm->nranks; p++) {
+        const chorus_peer_tp_t *pt = &comm->peers[p];
+        if (p == comm->rank || pt->ops == NULL) continue;
+        g->peers[p].caps = chorus__tp_instance_caps(pt->ops, pt->tp);
+        g->peers[p].tp_name = pt->ops->name;
+    }
     return CHORUS_SUCCESS;
 }
 
@@ -367,12 +377,15 @@ static chorus_status_t gpu_comm_create(chorus_comm_t comm, int device)
     g->device = device;
     g->chunk = chorus__config_size("CHORUS_GPU_STAGING_CHUNK", 4u << 20);
     if (g->chunk == 0) g->chunk = 4u << 20;
-    CHORUS_CHECK_GOTO(gpu_parse_path(comm, &g->path), err_free);
+    CHORUS_CHECK_GOTO(chorus__gpu_path_parse(chorus__config_str("CHORUS_GPU_PATH"), comm->rank,
+                                             &g->setting), err_free);
+    g->path = g->setting;
     g->qcap = 64;
     g->events_cap = 64;
     g->q = calloc(g->qcap, sizeof *g->q);
     g->events = calloc(g->events_cap, sizeof *g->events);
-    if (g->q == NULL || g->events == NULL) goto err_nomem_free;
+    if (g->q == NULL || g->events == NULL || gpu_peers_init(g) != CHORUS_SUCCESS)
+        goto err_nomem_free;
     CHORUS_CHECK_GOTO(gpu_counter_get(g), err_free);
     /* The proxy's streams are made here, on the caller's thread with the device current,
      * so that the first collective can set up CUDA IPC before anything waits (below). */
@@ -403,11 +416,13 @@ err_streams:
     if (g->stream_out != NULL) g->ops->stream_destroy(g->stream_out);
     gpu_counter_put(g);
 err_free:
+    free(g->peers);
     free(g->events);
     free(g->q);
     free(g);
     return status;
 err_nomem_free:
+    free(g->peers);
     free(g->events);
     free(g->q);
     free(g);
@@ -443,6 +458,7 @@ void chorus__gpu_comm_destroy(chorus_comm_t comm)
     pthread_cond_destroy(&g->idle);
     pthread_cond_destroy(&g->wake);
     pthread_mutex_destroy(&g->lock);
+    free(g->peers);
     free(g->events);
     free(g->q);
     free(g);
@@ -526,6 +542,30 @@ err_event:
     return status;
 }
 
+static chorus_status_t gpu_p2p_choose(chorus_gpu_comm_t *g, chorus_gpu_op_t *op,
+                                      const char *opname)
+{
+    chorus_comm_t comm = g->comm;
+    const chorus_p2p_op_t *ops = op->nops > 1 ? op->list : &op->one;
+    chorus_status_t status;
+    char what[96];
+
+    /* No "#N" yet: a device op is numbered when the proxy runs it. */
+    if (op->nops == 1)
+        snprintf(what, sizeof what, "%s %s peer %d", opname, ops[0].is_send ? "to" : "from",
+                 ops[0].peer);
+    else
+        snprintf(what, sizeof what, "%s", opname);
+    status = chorus__gpu_p2p_path(g->setting, 1, comm->rank, comm->nranks, g->peers, ops,
+                                  op->nops, what, &op->path);
+    if (status == CHORUS_SUCCESS && op->path == GPU_PATH_DIRECT && !g->logged_direct) {
+        g->logged_direct = 1;
+        CHORUS_INFO("gpu", "rank %d: %s: device memory handed to the transport (direct)",
+                    comm->rank, what);
+    }
+    return status;
+}
+
 /* The common part of every submit: the comm's state, the device, then the queue. A call
  * that was accepted but could not be queued leaves the ranks out of step, so its error
  * becomes the comm's. */
@@ -556,6 +596,10 @@ static chorus_status_t gpu_submit(chorus_comm_t comm, chorus_gpu_op_t *op, int d
         chorus__gpu_drain(comm);
         status = gpu_choose_path(comm->gpu, opname);
     }
+    /* Send/recv choose per op, from the transports of their peers, here so that a forced
+     * path that cannot run fails the call that asked for it. */
+    if (status == CHORUS_SUCCESS && op->kind == GPU_OP_P2P)
+        status = gpu_p2p_choose(comm->gpu, op, opname);
     if (status != CHORUS_SUCCESS) {
         if (cur >= 0 && cur != device) ops->set_device(cur);
         return chorus__comm_record_error(comm, status);

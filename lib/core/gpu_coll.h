@@ -67,6 +67,47 @@ void chorus__gpu_comm_destroy(chorus_comm_t comm);
 
 #define CHORUS_GPU_NSLOTS 3 /* staging buffer sets: D2H of k+1, host op of k, H2D of k-1 */
 
+/* CHORUS_GPU_PATH, and the path an op runs on. AUTO is only a setting; HOST only a
+ * result (the buffers are host memory: no device path at all). */
+typedef enum {
+    GPU_PATH_AUTO = 0,
+    GPU_PATH_IPC,     /* collectives on one host through CUDA IPC (ipc_arena.c) */
+    GPU_PATH_STAGING, /* through pinned host memory and the host path (gpu_staging.c) */
+    GPU_PATH_DIRECT,  /* send/recv: the transport moves device memory itself (GPUDirect) */
+    GPU_PATH_HOST,
+} chorus_gpu_path_t;
+
+/* "auto", "ipc", "staging", "direct", "host". */
+const char *chorus__gpu_path_name(chorus_gpu_path_t path);
+
+/* CHORUS_GPU_PATH's text (NULL: auto) as a setting; CHORUS_ERR_INVALID_ARGUMENT naming rank
+ * for anything else. */
+chorus_status_t chorus__gpu_path_parse(const char *text, int rank, chorus_gpu_path_t *path_p);
+
+/* How this rank reaches one peer, as the path choice needs it. */
+typedef struct {
+    uint32_t caps;       /* chorus__tp_instance_caps of the peer's transport; 0 for self */
+    const char *tp_name; /* for messages; NULL for self */
+} chorus_gpu_peer_t;
+
+/* The path of the sends and receives ops[0..n) of one op of the proxy (a group, or one
+ * call), a pure function: host buffers (is_device 0) -> HOST whatever the setting; device
+ * buffers -> DIRECT when the setting is auto or direct and every peer of the ops other than
+ * this rank is reached through a transport instance with CHORUS_TP_CAP_DEVICE_MEM (sends
+ * and receives to self are device copies then), else STAGING. A setting of direct where a
+ * peer's transport cannot is CHORUS_ERR_UNSUPPORTED naming rank, the peer, its transport
+ * and what (the op); ipc and staging stage (ipc is a collective path). peers has an entry
+ * per rank; a peer out of range is CHORUS_ERR_INVALID_ARGUMENT. */
+chorus_status_t chorus__gpu_p2p_path(chorus_gpu_path_t setting, int is_device, int rank,
+                                     int nranks, const chorus_gpu_peer_t *peers,
+                                     const chorus_p2p_op_t *ops, size_t n, const char *what,
+                                     chorus_gpu_path_t *path_p);
+
+/* The device-memory calls the core hands every transport (chorus_tp_params_t.mem) over the
+ * loaded GPU plugin: static, so valid for the life of the process; NULL when comm has no
+ * GPU (no plugin, CHORUS_CUDA_PLUGIN=none, or no device). */
+const chorus_tp_mem_ops_t *chorus__gpu_tp_mem(chorus_comm_t comm);
+
 typedef enum { GPU_OP_NOP = 0, GPU_OP_COLL, GPU_OP_P2P } chorus_gpu_op_kind_t;
 
 typedef struct {
@@ -75,6 +116,7 @@ typedef struct {
     chorus_p2p_op_t one;     /* GPU_OP_P2P: the op when nops == 1 */
     chorus_p2p_op_t *list;   /* GPU_OP_P2P: the ops when nops > 1 (owned; the proxy frees) */
     size_t nops;
+    chorus_gpu_path_t path; /* GPU_OP_P2P: DIRECT or STAGING, chosen at submit */
     void *start;     /* event recorded on the caller's stream at the call; NULL for NOP */
     uint64_t ticket; /* the done counter's value once the op is over; 0 for NOP */
 } chorus_gpu_op_t;
@@ -84,14 +126,16 @@ typedef struct {
     void *ev_in, *ev_out; /* recorded after the copy into in / out of out */
 } chorus_gpu_slot_t;
 
-typedef enum { GPU_PATH_AUTO = 0, GPU_PATH_IPC, GPU_PATH_STAGING } chorus_gpu_path_t;
 
 typedef struct chorus_gpu_comm {
     chorus_comm_t comm;
     const chorus_gpu_ops_t *ops;
     int device;               /* every device call of the comm uses this device */
-    chorus_gpu_path_t path;   /* CHORUS_GPU_PATH as read; then the path chosen */
+    chorus_gpu_path_t setting; /* CHORUS_GPU_PATH as read */
+    chorus_gpu_path_t path;   /* collectives: the setting; then the path chosen (ipc, staging) */
     int path_chosen;
+    int logged_direct;        /* the first direct send/recv was logged */
+    chorus_gpu_peer_t *peers; /* nranks: how each peer is reached, for the send/recv path */
     size_t chunk;             /* CHORUS_GPU_STAGING_CHUNK */
     struct gpu_counter *counter; /* the done counter, from the pool of gpu_coll.c */
     volatile uint64_t *done;  /* pinned: the last finished ticket; streams wait on it */
@@ -136,6 +180,12 @@ chorus_status_t chorus__gpu_staging_coll(chorus_gpu_comm_t *g, const chorus_coll
 chorus_status_t chorus__gpu_staging_p2p(chorus_gpu_comm_t *g, const chorus_p2p_op_t *ops,
                                         size_t n, const char *what);
 void chorus__gpu_staging_free(chorus_gpu_comm_t *g);
+
+/* gpu_direct.c: sends and receives on device memory (one group, or one op) handed to the
+ * transports as they are, their path DIRECT (chorus__gpu_p2p_path); pairs to self are
+ * copies on the device. Returns when every transfer and copy is complete. */
+chorus_status_t chorus__gpu_direct_p2p(chorus_gpu_comm_t *g, const chorus_p2p_op_t *ops,
+                                       size_t n, const char *what);
 
 /* p2p.c: runs n sends and receives on host memory together as one group (named what in
  * messages), as chorus_group_end does. */

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -671,6 +672,16 @@ static void test_sweep_dead(void **state)
     assert_int_equal(shm_count(leaker), 0);
 }
 
+/* CHORUS_FAKE_GPU_DMABUF: off by default, a real descriptor when on, a bad value refused. */
+static void test_dmabuf(void **state)
+{
+    (void)state;
+    assert_int_equal(run_self("--dmabuf", "0", "CHORUS_FAKE_GPU_DMABUF", ""), 0);
+    assert_int_equal(run_self("--dmabuf", "0", "CHORUS_FAKE_GPU_DMABUF", "0"), 0);
+    assert_int_equal(run_self("--dmabuf", "1", "CHORUS_FAKE_GPU_DMABUF", "1"), 0);
+    assert_int_equal(run_self("--dmabuf", "2", "CHORUS_FAKE_GPU_DMABUF", "2"), 0);
+}
+
 static void test_with_delay(void **state)
 {
     (void)state;
@@ -715,6 +726,63 @@ static int child_ipc(const char *hex, int gone)
     CHILD_CHECK(G->ipc_close(p) == CHORUS_SUCCESS);
     CHILD_CHECK(G->ipc_close(p) == CHORUS_SUCCESS);
     CHILD_CHECK(G->ipc_close(p) == CHORUS_ERR_INVALID_ARGUMENT);
+    return 0;
+}
+
+/* dmabuf_export in a fresh process: mode 0 CHORUS_FAKE_GPU_DMABUF unset (UNSUPPORTED, as a
+ * driver without dma-buf), 1 set (a descriptor whose bytes at the offset are the device
+ * bytes, and that sees later device writes), 2 a bad value (init fails, naming it). */
+static int child_dmabuf(int mode)
+{
+    enum { N = 3 * 4096 + 100, OFF = 4096 + 36, LEN = 5000 };
+    unsigned char in[N], want[N];
+    const unsigned char *m;
+    uint64_t off = 0;
+    int n = -1, fd = -1;
+    const char *desc = NULL;
+    void *d, *h;
+
+    if (mode == 2) {
+        CHILD_CHECK(G->init(&n, &desc) == CHORUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(strstr(G->last_error(), "CHORUS_FAKE_GPU_DMABUF=2") != NULL);
+        return 0;
+    }
+    CHILD_CHECK(G->dmabuf_export != NULL);
+    CHILD_CHECK(G->init(&n, &desc) == CHORUS_SUCCESS && n == 1);
+    CHILD_CHECK(G->malloc_device(&d, N) == CHORUS_SUCCESS);
+    if (mode == 0) {
+        CHILD_CHECK(G->dmabuf_export(d, N, &fd, &off) == CHORUS_ERR_UNSUPPORTED);
+        CHILD_CHECK(strstr(G->last_error(), "dma-buf") != NULL && fd == -1);
+        return 0;
+    }
+    fill(in, N, 21);
+    CHILD_CHECK(G->memcpy_async(d, in, N, NULL) == CHORUS_SUCCESS);
+    CHILD_CHECK(G->stream_synchronize(NULL) == CHORUS_SUCCESS);
+    CHILD_CHECK(G->dmabuf_export((char *)d + OFF, LEN, &fd, &off) == CHORUS_SUCCESS);
+    CHILD_CHECK(fd >= 0 && off == OFF);
+    m = mmap(NULL, OFF + LEN, PROT_READ, MAP_SHARED, fd, 0);
+    CHILD_CHECK(m != MAP_FAILED);
+    CHILD_CHECK(memcmp(m + off, in + OFF, LEN) == 0);
+    /* The same memory, not a copy: a later device write shows through the descriptor. */
+    fill(want, N, 22);
+    CHILD_CHECK(G->memcpy_async(d, want, N, NULL) == CHORUS_SUCCESS);
+    CHILD_CHECK(G->stream_synchronize(NULL) == CHORUS_SUCCESS);
+    CHILD_CHECK(memcmp(m + off, want + OFF, LEN) == 0);
+    munmap((void *)(uintptr_t)m, OFF + LEN);
+    close(fd);
+    fd = -1;
+    /* Misuse: past the allocation's end, host memory, pinned memory, 0 bytes. */
+    CHILD_CHECK(G->dmabuf_export((char *)d + OFF, N, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(strstr(G->last_error(), "past the end") != NULL);
+    CHILD_CHECK(G->dmabuf_export(in, N, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(G->malloc_host(&h, 64) == CHORUS_SUCCESS);
+    CHILD_CHECK(G->dmabuf_export(h, 64, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(G->dmabuf_export(d, 0, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(fd == -1);
+    CHILD_CHECK(G->free_host(h) == CHORUS_SUCCESS);
+    CHILD_CHECK(G->free_device(d) == CHORUS_SUCCESS);
+    /* A freed allocation exports nothing. */
+    CHILD_CHECK(G->dmabuf_export(d, 64, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
     return 0;
 }
 
@@ -788,6 +856,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "--ipc-gone") == 0) return child_ipc(argv[2], 1);
     if (argc >= 2 && strcmp(argv[1], "--zero-devices") == 0) return child_devices(0);
     if (argc >= 2 && strcmp(argv[1], "--bad-devices") == 0) return child_devices(1);
+    if (argc >= 3 && strcmp(argv[1], "--dmabuf") == 0) return child_dmabuf(atoi(argv[2]));
     if (argc >= 2 && strcmp(argv[1], "--exit-live") == 0) return child_exit_live();
     if (argc >= 2 && strcmp(argv[1], "--leak") == 0) { /* dies without its destructor */
         void *d;
@@ -821,6 +890,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_exit_with_live_streams),
         cmocka_unit_test(test_sweep_dead),
         cmocka_unit_test(test_with_delay),
+        cmocka_unit_test(test_dmabuf),
     };
     return cmocka_run_group_tests_name("gpu_fake", tests, NULL, NULL);
 }

@@ -5,7 +5,8 @@
  * Only chorus_gpu_plugin() is exported; everything else is static, and the launchers of
  * reduce_cuda.cu are hidden (nvcc compiles them with -fvisibility=hidden).
  *
- * The driver API (cuStreamWaitValue64, for stream_wait_flag) is reached through
+ * The driver API (cuStreamWaitValue64 for stream_wait_flag, cuMemGetHandleForAddressRange
+ * for dmabuf_export) is reached through
  * cudaGetDriverEntryPointByVersion rather than by linking libcuda: then the plugin has no
  * link-time dependency on the driver, loads on a machine without one, and init() reports
  * zero devices there instead of the loader failing on a missing libcuda.so.1.
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == CHORUS_GPU_IPC_HANDLE_BYTES,
                "CHORUS_GPU_IPC_HANDLE_BYTES must be sizeof(cudaIpcMemHandle_t)");
@@ -79,6 +81,7 @@ static PFN_cuStreamWaitValue64_v11070 drv_wait_value64;
 static PFN_cuDeviceGet_v2000 drv_device_get;
 static PFN_cuDeviceGetAttribute_v2000 drv_device_attr;
 static PFN_cuGetErrorName_v6000 drv_error_name;
+static PFN_cuMemGetHandleForAddressRange_v11070 drv_get_handle_range;
 
 static void *drv_symbol(const char *name, unsigned version)
 {
@@ -100,6 +103,8 @@ static void drv_load(void)
     drv_device_get = (PFN_cuDeviceGet_v2000)drv_symbol("cuDeviceGet", 2000);
     drv_device_attr = (PFN_cuDeviceGetAttribute_v2000)drv_symbol("cuDeviceGetAttribute", 2000);
     drv_error_name = (PFN_cuGetErrorName_v6000)drv_symbol("cuGetErrorName", 6000);
+    drv_get_handle_range = (PFN_cuMemGetHandleForAddressRange_v11070)drv_symbol(
+        "cuMemGetHandleForAddressRange", 11070);
 }
 
 /* Per device: 0 not asked yet, 1 cuStreamWaitValue64, 2 the spin kernel. */
@@ -606,6 +611,74 @@ static chorus_status_t cu_pci_bus_id(int device, char *buf, size_t len)
     return CHORUS_SUCCESS;
 }
 
+/* ---- dma-buf (GPUDirect RDMA) ---- */
+
+/* Per device: 0 not asked yet, 1 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 2 not. */
+static _Atomic int dmabuf_mode[CU_MAX_DEVICES];
+
+static int cu_dmabuf_supported(int dev)
+{
+    int mode = dev >= 0 && dev < CU_MAX_DEVICES ? atomic_load(&dmabuf_mode[dev]) : 0;
+    CUdevice cudev;
+    int can = 0;
+
+    if (mode != 0) return mode == 1;
+    pthread_once(&drv_once, drv_load);
+    mode = 2;
+    if (drv_get_handle_range != NULL && drv_device_get != NULL && drv_device_attr != NULL &&
+        drv_device_get(&cudev, dev) == CUDA_SUCCESS &&
+        drv_device_attr(&can, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, cudev) == CUDA_SUCCESS &&
+        can != 0)
+        mode = 1;
+    if (dev >= 0 && dev < CU_MAX_DEVICES) atomic_store(&dmabuf_mode[dev], mode);
+    return mode == 1;
+}
+
+/* The driver exports whole host pages (dptr and size aligned to the host page size), so
+ * the range is widened to the pages around [p, p + bytes) and p's offset in it returned.
+ * Those pages must belong to p's allocation (cudaMalloc of large buffers is page aligned);
+ * where they do not, the driver answers CUDA_ERROR_INVALID_VALUE, reported as such. */
+static chorus_status_t cu_dmabuf_export(const void *p, size_t bytes, int *fd_p,
+                                        uint64_t *offset_p)
+{
+    struct cudaPointerAttributes attr;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start, end;
+    const char *name = NULL;
+    CUresult r;
+    int fd = -1;
+
+    if (p == NULL || fd_p == NULL || offset_p == NULL || bytes == 0)
+        return cu_invalid("dmabuf_export: NULL argument or 0 bytes");
+    if (bytes > UINTPTR_MAX - 2 * page || (uintptr_t)p > UINTPTR_MAX - 2 * page - bytes)
+        return cu_invalid("dmabuf_export: [%p, +%zu) wraps around", p, bytes);
+    memset(&attr, 0, sizeof attr);
+    CU_CHECK("cudaPointerGetAttributes", cudaPointerGetAttributes(&attr, p));
+    if (attr.type != cudaMemoryTypeDevice)
+        return cu_invalid("dmabuf_export: %p is not device memory", p);
+    if (!cu_dmabuf_supported(attr.device)) {
+        snprintf(cu_err, sizeof cu_err, "dmabuf_export: device %d cannot export dma-buf "
+                 "(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0, or the driver lacks "
+                 "cuMemGetHandleForAddressRange): no GPUDirect RDMA", attr.device);
+        return CHORUS_ERR_UNSUPPORTED;
+    }
+    start = (uintptr_t)p & ~(page - 1);
+    end = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
+    r = drv_get_handle_range(&fd, (CUdeviceptr)start, (size_t)(end - start),
+                             CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r != CUDA_SUCCESS) {
+        if (drv_error_name == NULL || drv_error_name(r, &name) != CUDA_SUCCESS) name = NULL;
+        snprintf(cu_err, sizeof cu_err, "cuMemGetHandleForAddressRange(%p, %zu bytes): %s "
+                 "(CUresult %d)", (void *)start, (size_t)(end - start),
+                 name != NULL ? name : "?", (int)r);
+        return r == CUDA_ERROR_NOT_SUPPORTED ? CHORUS_ERR_UNSUPPORTED
+               : r == CUDA_ERROR_INVALID_VALUE ? CHORUS_ERR_INVALID_ARGUMENT
+                                               : CHORUS_ERR_SYSTEM;
+    }
+    *offset_p = (uint64_t)((uintptr_t)p - start);
+    *fd_p = fd;
+    return CHORUS_SUCCESS;
+}
+
 /* ---- The table ---- */
 
 static const chorus_gpu_ops_t cu_ops = {
@@ -638,6 +711,7 @@ static const chorus_gpu_ops_t cu_ops = {
     .ipc_open = cu_ipc_open,
     .ipc_close = cu_ipc_close,
     .pci_bus_id = cu_pci_bus_id,
+    .dmabuf_export = cu_dmabuf_export,
 };
 
 const chorus_gpu_ops_t *chorus_gpu_plugin(int abi) __attribute__((visibility("default")));

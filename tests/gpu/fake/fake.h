@@ -51,6 +51,11 @@ chorus_status_t fake_mem_ipc_get_handle(void *base, void *handle);
 chorus_status_t fake_mem_ipc_open(const void *handle, void **p);
 chorus_status_t fake_mem_ipc_close(void *p);
 
+/* A descriptor of the shm segment behind the allocation holding [p, p + bytes) (this
+ * process's own device memory only) and p's offset in it: the fake's dma-buf. */
+chorus_status_t fake_mem_dmabuf_export(const void *p, size_t bytes, int *fd_p,
+                                       uint64_t *offset_p);
+
 /* Checks that [p, p + bytes) is wholly host memory, pinned memory or inside one live device
  * allocation, and says which. `what` names the call and the operand for the message
  * ("fake cudaMemcpyAsync: dst"). A device-range address outside every live allocation and a

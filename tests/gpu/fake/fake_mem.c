@@ -547,6 +547,49 @@ chorus_status_t fake_mem_ipc_close(void *p)
     return status;
 }
 
+/* The dma-buf stand-in: a new descriptor of the allocation's shm segment, so that a test
+ * can map it and see the device bytes (a real dma-buf cannot be mapped like that, but an
+ * RDMA NIC reads the same bytes through it). The segment starts at the allocation's base,
+ * so p's offset in it is p - base. As CUDA, only this process's cudaMalloc memory
+ * exports, and the range must lie inside one allocation. */
+chorus_status_t fake_mem_dmabuf_export(const void *p, size_t bytes, int *fd_p,
+                                       uint64_t *offset_p)
+{
+    const char *c = p;
+    chorus_status_t status = CHORUS_SUCCESS;
+    alloc_t *a;
+    int fd = -1;
+
+    if (!p || !fd_p || !offset_p || bytes == 0)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                          "fake cuMemGetHandleForAddressRange: NULL argument or 0 bytes");
+    pthread_rwlock_rdlock(&mem_lock);
+    a = find(p);
+    if (!a || (a->kind != ALLOC_OWN && a->kind != ALLOC_IPC)) {
+        status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                            "fake cuMemGetHandleForAddressRange: %p is not device memory", p);
+    } else if (a->kind != ALLOC_OWN) {
+        status = fake_error(CHORUS_ERR_UNSUPPORTED,
+                            "fake cuMemGetHandleForAddressRange: %p is a peer's memory opened "
+                            "with cudaIpcOpenMemHandle: CUDA_ERROR_NOT_SUPPORTED", p);
+    } else if (bytes > a->bytes || (size_t)(c - a->addr) > a->bytes - bytes) {
+        status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                            "fake cuMemGetHandleForAddressRange: [%p, +%zu) runs past the end "
+                            "of the allocation at %p of %zu bytes", p, bytes, (void *)a->addr,
+                            a->bytes);
+    } else {
+        fd = shm_open(a->name, O_RDWR, 0);
+        if (fd < 0)
+            status = fake_error(CHORUS_ERR_SYSTEM, "fake cuMemGetHandleForAddressRange: "
+                                "shm_open %s: %s", a->name, strerror(errno));
+        else
+            *offset_p = (uint64_t)(c - a->addr);
+    }
+    pthread_rwlock_unlock(&mem_lock);
+    if (status == CHORUS_SUCCESS) *fd_p = fd;
+    return status;
+}
+
 void fake_mem_atexit(void)
 {
     /* No lock and no unmapping: a worker may still be copying. Only the names go, so a

@@ -9,6 +9,9 @@
  * Environment (read once, by the plugin; libchorus never sees these):
  *   CHORUS_FAKE_GPU_DEVICES=N   devices reported, 0..8 (default 1; 0 tests the no-GPU path)
  *   CHORUS_FAKE_GPU_DELAY_US=N  every stream task sleeps N us first, to expose missing waits
+ *   CHORUS_FAKE_GPU_DMABUF=1    dmabuf_export works (a descriptor of the allocation's shm
+ *                               segment, which a test can mmap); unset or 0: it answers
+ *                               CHORUS_ERR_UNSUPPORTED, as a driver without dma-buf does
  */
 #include "fake.h"
 #include "gpu/gpu.h"
@@ -31,6 +34,7 @@ static chorus_status_t init_status;
 static char init_msg[FAKE_MSG_BYTES];
 static int ndevices = 1;
 static unsigned delay_us;
+static int dmabuf_ok;
 static int initialized;
 static volatile int forked_child;
 static char desc[96];
@@ -129,6 +133,15 @@ static void do_init(void)
         return;
     }
     delay_us = (unsigned)v;
+    if (env_uint("CHORUS_FAKE_GPU_DMABUF", 1, 0, &v) != 0) {
+        init_status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                                 "fake GPU: CHORUS_FAKE_GPU_DMABUF=%s: want 0 or 1",
+                                 getenv("CHORUS_FAKE_GPU_DMABUF"));
+        snprintf(init_msg, sizeof init_msg, "%s", fake_last_error());
+        ndevices = 0;
+        return;
+    }
+    dmabuf_ok = (int)v;
     snprintf(desc, sizeof desc, "fake GPU (host memory, for tests): %d device(s)", ndevices);
     /* Worker threads run this library's code until the process exits, so it must never be
      * unloaded: pin it (RTLD_NODELETE). */
@@ -558,6 +571,22 @@ static chorus_status_t op_pci_bus_id(int device, char *buf, size_t len)
     return CHORUS_SUCCESS;
 }
 
+/* As the CUDA plugin: UNSUPPORTED unless the "driver" has dma-buf (CHORUS_FAKE_GPU_DMABUF=1),
+ * so the path without GPUDirect is the default one tests see. */
+static chorus_status_t op_dmabuf_export(const void *p, size_t bytes, int *fd_p,
+                                        uint64_t *offset_p)
+{
+    chorus_status_t status = fake_enter();
+
+    if (status != CHORUS_SUCCESS) return status;
+    if (!dmabuf_ok)
+        return fake_error(CHORUS_ERR_UNSUPPORTED,
+                          "fake cuMemGetHandleForAddressRange: the device does not support "
+                          "dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0; "
+                          "CHORUS_FAKE_GPU_DMABUF=1 turns it on)");
+    return fake_mem_dmabuf_export(p, bytes, fd_p, offset_p);
+}
+
 static const chorus_gpu_ops_t fake_ops = {
     .abi_version = CHORUS_GPU_ABI_VERSION,
     .name = "fake",
@@ -588,6 +617,7 @@ static const chorus_gpu_ops_t fake_ops = {
     .ipc_open = op_ipc_open,
     .ipc_close = op_ipc_close,
     .pci_bus_id = op_pci_bus_id,
+    .dmabuf_export = op_dmabuf_export,
 };
 
 const chorus_gpu_ops_t *chorus_gpu_plugin(int abi);
