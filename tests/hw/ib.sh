@@ -30,7 +30,7 @@ echo "ib.sh: $ndev RDMA device(s)"
 # rendezvous (registration, RTS/RTR, RDMA WRITE, FIN on a real NIC). GPUDirect (device
 # buffers through dma-buf) needs a GPU and the core's device memory calls: the chorus
 # device tests cover it on a node that has both; here it is tested through fakes
-# (test_ib_data).
+# (test_ib_zcopy).
 run_suite() {
     out=$(env "$@" "$bin" 2>&1)
     rc=$?

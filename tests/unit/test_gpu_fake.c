@@ -1,139 +1,23 @@
 /*
- * Unit tests of the fake GPU plugin (tests/gpu/fake, libchorus-cuda-fake.so): that it
- * behaves like CUDA where Chorus could get CUDA wrong (device memory the host cannot
- * touch, asynchronous streams, events, IPC between processes) and refuses misuse loudly.
- *
- * The plugin is dlopened from $BUILD/lib (BUILD defaults to "build"); when it is not built
- * the test says "skipped: <path> not built" (a cmocka skip). Some cases need a fresh
- * process (environment read once at start, IPC, exit with live streams): the binary
- * re-executes itself with a mode argument, never just forks, since CUDA (and the fake)
- * cannot be used in a child forked after initialisation.
+ * Unit tests of the fake GPU plugin (tests/gpu/fake, libchorus-cuda-fake.so) inside one
+ * process: that it behaves like CUDA where Chorus could get CUDA wrong (device memory the
+ * host cannot touch, asynchronous streams, events, kernels that match the CPU's, threads)
+ * and refuses misuse loudly; and the stream cases again in a fresh process under
+ * CHORUS_FAKE_GPU_DELAY_US. What needs other processes (fork, IPC, the environment, exit)
+ * is in test_gpu_fake_proc.c; how the plugin is found is in gpu_fake_util.h.
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "unit/gpu_fake_util.h"
 
-#include <cmocka.h>
-
-#include "gpu/gpu.h"
 #include "kernels.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
-
-static char plugin_path[4096];
-static char self_path[4096]; /* this binary (read once: under valgrind /proc/self/exe is
-                              * valgrind itself, but readlink is answered for the client) */
-static const chorus_gpu_ops_t *G;
-
-/* ---- Helpers ---- */
-
-#define OK(expr) check_ok((expr), #expr)
-
-static void check_ok(chorus_status_t status, const char *expr)
-{
-    if (status != CHORUS_SUCCESS) fail_msg("%s: status %d: %s", expr, status, G->last_error());
-}
-
-/* expr fails with status, and the message contains want. */
-#define FAILS(expr, st, want) check_fails((expr), (st), (want), #expr)
-
-static void check_fails(chorus_status_t status, chorus_status_t want_status, const char *want,
-                        const char *expr)
-{
-    if (status != want_status)
-        fail_msg("%s: status %d, want %d (%s)", expr, status, want_status, G->last_error());
-    if (want && !strstr(G->last_error(), want))
-        fail_msg("%s: message \"%s\" lacks \"%s\"", expr, G->last_error(), want);
-}
-
-static const chorus_gpu_ops_t *load_plugin(void)
-{
-    void *h = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
-    chorus_gpu_plugin_fn fn;
-    if (!h) {
-        fprintf(stderr, "dlopen %s: %s\n", plugin_path, dlerror());
-        return NULL;
-    }
-    fn = (chorus_gpu_plugin_fn)dlsym(h, CHORUS_GPU_PLUGIN_SYMBOL);
-    return fn ? fn(CHORUS_GPU_ABI_VERSION) : NULL;
-}
 
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-/* Runs this binary again with a mode (and env NAME=VALUE when given); its exit status, or
- * 128 + the signal that killed it. last_child is its pid. */
-static pid_t last_child;
-
-static int run_self(const char *mode, const char *arg, const char *env_name,
-                    const char *env_val)
-{
-    int st;
-    pid_t pid = fork();
-    last_child = pid;
-    if (pid == 0) {
-        if (env_name) setenv(env_name, env_val, 1);
-        execl(self_path, "test_gpu_fake", mode, arg, (char *)NULL);
-        _exit(127);
-    }
-    if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static void hex_encode(const void *p, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", ((const unsigned char *)p)[i]);
-}
-
-static void hex_decode(const char *s, void *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        sscanf(s + 2 * i, "%2x", &v);
-        ((unsigned char *)p)[i] = (unsigned char)v;
-    }
-}
-
-/* The host raises a wait flag (a release store, as Chorus's proxy would). */
-static void raise_flag(volatile uint64_t *flag, uint64_t v)
-{
-    atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)flag, v, memory_order_release);
-}
-
-static void fill(void *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++) ((unsigned char *)p)[i] = (unsigned char)(i * 131u + seed);
-}
-
-/* Names in /dev/shm the fake made for process pid. */
-static int shm_count(pid_t pid)
-{
-    char prefix[64];
-    struct dirent *d;
-    int n = 0;
-    DIR *dir = opendir("/dev/shm");
-    snprintf(prefix, sizeof prefix, "chorus-fakegpu-%d-", (int)pid);
-    if (!dir) return 0;
-    while ((d = readdir(dir)))
-        if (strncmp(d->d_name, prefix, strlen(prefix)) == 0) n++;
-    closedir(dir);
-    return n;
 }
 
 /* ---- The table ---- */
@@ -597,272 +481,21 @@ static void test_threads(void **state)
     }
 }
 
-/* ---- Processes ---- */
+/* ---- Slow copies ---- */
 
-static void test_fork_after_init(void **state)
-{
-    int st;
-    pid_t pid;
-    (void)state;
-    pid = fork();
-    if (pid == 0) {
-        void *d = NULL;
-        chorus_status_t s = G->malloc_device(&d, 64);
-        _exit(s == CHORUS_ERR_INVALID_ARGUMENT && strstr(G->last_error(), "forked") ? 0 : 1);
-    }
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
-}
-
-static void test_ipc(void **state)
-{
-    enum { N = 65536 };
-    unsigned char in[N], out[N], handle[CHORUS_GPU_IPC_HANDLE_BYTES];
-    char hex[2 * CHORUS_GPU_IPC_HANDLE_BYTES + 1];
-    void *d, *p = NULL;
-    (void)state;
-    fill(in, N, 11);
-    OK(G->malloc_device(&d, N));
-    OK(G->memcpy_async(d, in, N, NULL));
-    OK(G->stream_synchronize(NULL));
-    FAILS(G->ipc_get_handle((char *)d + 64, handle), CHORUS_ERR_INVALID_ARGUMENT, "base");
-    FAILS(G->ipc_get_handle(in, handle), CHORUS_ERR_INVALID_ARGUMENT, "cudaMalloc");
-    OK(G->ipc_get_handle(d, handle));
-    FAILS(G->ipc_open(handle, &p), CHORUS_ERR_INVALID_ARGUMENT, "own IPC handle");
-    hex_encode(handle, sizeof handle, hex);
-    /* the child checks it sees in[], writes in[] + 1 (fill seed 12), closes */
-    assert_int_equal(run_self("--ipc-child", hex, NULL, NULL), 0);
-    OK(G->memcpy_async(out, d, N, NULL));
-    OK(G->stream_synchronize(NULL));
-    fill(in, N, 12);
-    assert_memory_equal(out, in, N);
-    assert_int_equal(shm_count(getpid()), 1);
-    OK(G->free_device(d));
-    assert_int_equal(shm_count(getpid()), 0);
-    assert_int_equal(run_self("--ipc-gone", hex, NULL, NULL), 0);
-    memset(handle, 0, sizeof handle);
-    FAILS(G->ipc_open(handle, &p), CHORUS_ERR_INVALID_ARGUMENT, "not a handle");
-}
-
-static void test_zero_devices(void **state)
-{
-    (void)state;
-    assert_int_equal(run_self("--zero-devices", "", "CHORUS_FAKE_GPU_DEVICES", "0"), 0);
-    assert_int_equal(run_self("--bad-devices", "", "CHORUS_FAKE_GPU_DEVICES", "9"), 0);
-}
-
-static void test_exit_with_live_streams(void **state)
-{
-    (void)state;
-    assert_int_equal(run_self("--exit-live", "", NULL, NULL), 0);
-    assert_int_equal(shm_count(last_child), 0); /* the destructor unlinked its segment */
-}
-
-/* A process killed before freeing leaves its segments; the next process's first allocation
- * removes them. */
-static void test_sweep_dead(void **state)
-{
-    pid_t leaker;
-    (void)state;
-    assert_int_equal(run_self("--leak", "", NULL, NULL), 0);
-    leaker = last_child;
-    assert_int_equal(shm_count(leaker), 1);
-    assert_int_equal(run_self("--exit-live", "", NULL, NULL), 0);
-    assert_int_equal(shm_count(leaker), 0);
-}
-
-/* CHORUS_FAKE_GPU_DMABUF: off by default, a real descriptor when on, a bad value refused. */
-static void test_dmabuf(void **state)
-{
-    (void)state;
-    assert_int_equal(run_self("--dmabuf", "0", "CHORUS_FAKE_GPU_DMABUF", ""), 0);
-    assert_int_equal(run_self("--dmabuf", "0", "CHORUS_FAKE_GPU_DMABUF", "0"), 0);
-    assert_int_equal(run_self("--dmabuf", "1", "CHORUS_FAKE_GPU_DMABUF", "1"), 0);
-    assert_int_equal(run_self("--dmabuf", "2", "CHORUS_FAKE_GPU_DMABUF", "2"), 0);
-}
-
+/* The stream cases and the round trip again in a fresh process (the plugin reads
+ * CHORUS_FAKE_GPU_DELAY_US once, at start), where every copy runs late: any missing wait
+ * or order shows as stale bytes. */
 static void test_with_delay(void **state)
 {
     (void)state;
     assert_int_equal(run_self("--delayed", "", "CHORUS_FAKE_GPU_DELAY_US", "300"), 0);
 }
 
-/* ---- Child modes (a fresh process each) ---- */
-
-#define CHILD_CHECK(cond)                                                                \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "child %s:%d: %s failed (%s)\n", __FILE__, __LINE__, #cond,  \
-                    G ? G->last_error() : "no plugin");                                  \
-            _exit(1);                                                                    \
-        }                                                                                \
-    } while (0)
-
-static int child_ipc(const char *hex, int gone)
-{
-    enum { N = 65536 };
-    unsigned char handle[CHORUS_GPU_IPC_HANDLE_BYTES], buf[N], want[N];
-    void *p, *p2;
-    int kind = -1, dev = -1;
-    hex_decode(hex, handle, sizeof handle);
-    if (gone) {
-        CHILD_CHECK(G->ipc_open(handle, &p) == CHORUS_ERR_INVALID_ARGUMENT);
-        CHILD_CHECK(strstr(G->last_error(), "freed by its owner") != NULL);
-        return 0;
-    }
-    CHILD_CHECK(G->ipc_open(handle, &p) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->pointer_kind(p, &kind, &dev) == CHORUS_SUCCESS && kind == 1);
-    CHILD_CHECK(G->ipc_open(handle, &p2) == CHORUS_SUCCESS && p2 == p); /* counted */
-    CHILD_CHECK(G->memcpy_async(buf, p, N, NULL) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->stream_synchronize(NULL) == CHORUS_SUCCESS);
-    fill(want, N, 11);
-    CHILD_CHECK(memcmp(buf, want, N) == 0);
-    CHILD_CHECK(G->memcpy_async(p, buf, N + 1, NULL) == CHORUS_ERR_INVALID_ARGUMENT);
-    fill(buf, N, 12);
-    CHILD_CHECK(G->memcpy_async(p, buf, N, NULL) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->stream_synchronize(NULL) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->free_device(p) == CHORUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(G->ipc_close(p) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->ipc_close(p) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->ipc_close(p) == CHORUS_ERR_INVALID_ARGUMENT);
-    return 0;
-}
-
-/* dmabuf_export in a fresh process: mode 0 CHORUS_FAKE_GPU_DMABUF unset (UNSUPPORTED, as a
- * driver without dma-buf), 1 set (a descriptor whose bytes at the offset are the device
- * bytes, and that sees later device writes), 2 a bad value (init fails, naming it). */
-static int child_dmabuf(int mode)
-{
-    enum { N = 3 * 4096 + 100, OFF = 4096 + 36, LEN = 5000 };
-    unsigned char in[N], want[N];
-    const unsigned char *m;
-    uint64_t off = 0;
-    int n = -1, fd = -1;
-    const char *desc = NULL;
-    void *d, *h;
-
-    if (mode == 2) {
-        CHILD_CHECK(G->init(&n, &desc) == CHORUS_ERR_INVALID_ARGUMENT);
-        CHILD_CHECK(strstr(G->last_error(), "CHORUS_FAKE_GPU_DMABUF=2") != NULL);
-        return 0;
-    }
-    CHILD_CHECK(G->dmabuf_export != NULL);
-    CHILD_CHECK(G->init(&n, &desc) == CHORUS_SUCCESS && n == 1);
-    CHILD_CHECK(G->malloc_device(&d, N) == CHORUS_SUCCESS);
-    if (mode == 0) {
-        CHILD_CHECK(G->dmabuf_export(d, N, &fd, &off) == CHORUS_ERR_UNSUPPORTED);
-        CHILD_CHECK(strstr(G->last_error(), "dma-buf") != NULL && fd == -1);
-        return 0;
-    }
-    fill(in, N, 21);
-    CHILD_CHECK(G->memcpy_async(d, in, N, NULL) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->stream_synchronize(NULL) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->dmabuf_export((char *)d + OFF, LEN, &fd, &off) == CHORUS_SUCCESS);
-    CHILD_CHECK(fd >= 0 && off == OFF);
-    m = mmap(NULL, OFF + LEN, PROT_READ, MAP_SHARED, fd, 0);
-    CHILD_CHECK(m != MAP_FAILED);
-    CHILD_CHECK(memcmp(m + off, in + OFF, LEN) == 0);
-    /* The same memory, not a copy: a later device write shows through the descriptor. */
-    fill(want, N, 22);
-    CHILD_CHECK(G->memcpy_async(d, want, N, NULL) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->stream_synchronize(NULL) == CHORUS_SUCCESS);
-    CHILD_CHECK(memcmp(m + off, want + OFF, LEN) == 0);
-    munmap((void *)(uintptr_t)m, OFF + LEN);
-    close(fd);
-    fd = -1;
-    /* Misuse: past the allocation's end, host memory, pinned memory, 0 bytes. */
-    CHILD_CHECK(G->dmabuf_export((char *)d + OFF, N, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(strstr(G->last_error(), "past the end") != NULL);
-    CHILD_CHECK(G->dmabuf_export(in, N, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(G->malloc_host(&h, 64) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->dmabuf_export(h, 64, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(G->dmabuf_export(d, 0, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(fd == -1);
-    CHILD_CHECK(G->free_host(h) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->free_device(d) == CHORUS_SUCCESS);
-    /* A freed allocation exports nothing. */
-    CHILD_CHECK(G->dmabuf_export(d, 64, &fd, &off) == CHORUS_ERR_INVALID_ARGUMENT);
-    return 0;
-}
-
-static int child_devices(int bad)
-{
-    int n = -1;
-    const char *desc = NULL;
-    void *d;
-    if (bad) {
-        CHILD_CHECK(G->init(&n, &desc) == CHORUS_ERR_INVALID_ARGUMENT);
-        CHILD_CHECK(strstr(G->last_error(), "CHORUS_FAKE_GPU_DEVICES=9") != NULL);
-        return 0;
-    }
-    CHILD_CHECK(G->init(&n, &desc) == CHORUS_SUCCESS && n == 0);
-    CHILD_CHECK(strcmp(desc, "fake GPU (host memory, for tests): 0 device(s)") == 0);
-    CHILD_CHECK(G->malloc_device(&d, 64) != CHORUS_SUCCESS);
-    CHILD_CHECK(G->set_device(0) == CHORUS_ERR_INVALID_ARGUMENT);
-    return 0;
-}
-
-/* Exits (through exit(), so destructors run) with a stream held forever by a flag, another
- * destroyed with work queued, and live allocations: no hang, no crash, no shm left. */
-static int child_exit_live(void)
-{
-    void *s1, *s2, *d;
-    volatile uint64_t *flag;
-    static unsigned char buf[1 << 20], buf2[1 << 20];
-    alarm(20);
-    CHILD_CHECK(G->stream_create(&s1) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->stream_create(&s2) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->malloc_device(&d, sizeof buf) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->malloc_host((void **)&flag, 8) == CHORUS_SUCCESS);
-    raise_flag(flag, 0);
-    CHILD_CHECK(G->stream_wait_flag(s1, flag, 1) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->memcpy_async(d, buf, sizeof buf, s1) == CHORUS_SUCCESS);
-    for (int i = 0; i < 50; i++)
-        CHILD_CHECK(G->memcpy_async(buf, d, sizeof buf, s2) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->stream_destroy(s2) == CHORUS_SUCCESS);
-    CHILD_CHECK(G->memcpy_async(buf2, d, sizeof buf2, NULL) == CHORUS_SUCCESS);
-    CHILD_CHECK(shm_count(getpid()) == 1);
-    exit(0);
-}
-
-static void test_not_built(void **state)
-{
-    (void)state;
-    printf("skipped: %s not built\n", plugin_path);
-    skip();
-}
-
 int main(int argc, char **argv)
 {
-    const char *build = getenv("BUILD");
-    struct stat st;
-    ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-    self_path[n > 0 ? n : 0] = '\0';
-    snprintf(plugin_path, sizeof plugin_path, "%s/lib/libchorus-cuda-fake.so",
-             build && *build ? build : "build");
-    if (stat(plugin_path, &st) != 0) {
-        /* A cmocka skip (exit 0, "[  SKIPPED ]"), which tests/run_tests.sh reports as SKIP
-         * with the reason; it treats a bare exit 77 of a unit binary as a failure. */
-        const struct CMUnitTest none[] = {cmocka_unit_test(test_not_built)};
-        return cmocka_run_group_tests_name("gpu_fake", none, NULL, NULL);
-    }
-    G = load_plugin();
-    if (!G) {
-        fprintf(stderr, "%s: no chorus_gpu_plugin table\n", plugin_path);
-        return 1;
-    }
-    if (argc >= 2 && strcmp(argv[1], "--ipc-child") == 0) return child_ipc(argv[2], 0);
-    if (argc >= 2 && strcmp(argv[1], "--ipc-gone") == 0) return child_ipc(argv[2], 1);
-    if (argc >= 2 && strcmp(argv[1], "--zero-devices") == 0) return child_devices(0);
-    if (argc >= 2 && strcmp(argv[1], "--bad-devices") == 0) return child_devices(1);
-    if (argc >= 3 && strcmp(argv[1], "--dmabuf") == 0) return child_dmabuf(atoi(argv[2]));
-    if (argc >= 2 && strcmp(argv[1], "--exit-live") == 0) return child_exit_live();
-    if (argc >= 2 && strcmp(argv[1], "--leak") == 0) { /* dies without its destructor */
-        void *d;
-        CHILD_CHECK(G->malloc_device(&d, 100) == CHORUS_SUCCESS);
-        _exit(0);
-    }
+    int rc;
+    if (!gfu_open("gpu_fake", &rc)) return rc;
     if (argc >= 2 && strcmp(argv[1], "--delayed") == 0) {
         const struct CMUnitTest delayed[] = {
             cmocka_unit_test(test_stream_order),
@@ -884,13 +517,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reduce_divide),
         cmocka_unit_test(test_reduce_misuse),
         cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_fork_after_init),
-        cmocka_unit_test(test_ipc),
-        cmocka_unit_test(test_zero_devices),
-        cmocka_unit_test(test_exit_with_live_streams),
-        cmocka_unit_test(test_sweep_dead),
         cmocka_unit_test(test_with_delay),
-        cmocka_unit_test(test_dmabuf),
     };
     return cmocka_run_group_tests_name("gpu_fake", tests, NULL, NULL);
 }
