@@ -186,7 +186,7 @@ FUZZ_CFLAGS  := $(filter-out -O%,$(CFLAGS)) -O1 -fno-omit-frame-pointer \
 # Only the modules the targets reach, to keep the sanitized build short (CI).
 FUZZ_SRCS    := $(filter kernels/% lib/algo/% lib/util/% lib/tune/% lib/bootstrap/id.c \
                          lib/bootstrap/root.c lib/transport/tcp/% \
-                         lib/transport/shm/shm_ring.c,$(LIB_SRCS))
+                         lib/transport/shm/shm_ring.c lib/topo/order.c,$(LIB_SRCS))
 FUZZ_OBJS    := $(FUZZ_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
 .PHONY: fuzz
 fuzz:
