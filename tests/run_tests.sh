@@ -310,6 +310,17 @@ run_gpu() {
             CHORUS_CUDA_PLUGIN="$fake" CHORUS_GPU_PATH="$path" CHORUS_TIMEOUT=5 \
             "$CHORUSRUN" -n 3 --timeout 60 -- "$gm" --mismatch
     done
+    # The plugin's PCI addresses and dma-buf export (GPUDirect RDMA): on the fake (its
+    # export without dma-buf is test_gpu_fake's), then on the real plugin (skipped without
+    # a GPU).
+    run_test "gpu/plugin_extras fake --pci" env CHORUS_CUDA_PLUGIN="$fake" \
+        "$BUILD/tests/gpu_plugin_extras" --pci
+    run_test "gpu/plugin_extras fake --dmabuf" env CHORUS_CUDA_PLUGIN="$fake" \
+        CHORUS_FAKE_GPU_DMABUF=1 "$BUILD/tests/gpu_plugin_extras" --dmabuf
+    for a in --pci --dmabuf; do
+        run_test "gpu/plugin_extras real plugin $a" env -u CHORUS_CUDA_PLUGIN \
+            "$BUILD/tests/gpu_plugin_extras" "$a"
+    done
     # The default plugin lookup (libchorus-cuda.so beside the library): a GPU here runs
     # the matrix for real; elsewhere it says why it skipped.
     run_test "gpu/coll_matrix real plugin n=2" env -u CHORUS_CUDA_PLUGIN CHORUS_TIMEOUT=20 \

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Every GPU check of Chorus, for a machine with a CUDA device, in under 8 minutes: builds
 # the library, the CUDA plugin and the GPU tests; prints the device; runs the kernel check
-# and benchmark (sum vs copy bandwidth, acceptance 3 of issue 6), the collective matrix on
+# and benchmark (sum vs copy bandwidth, acceptance 3 of issue 6), the plugin's PCI address
+# and dma-buf export (GPUDirect RDMA, issue 7), the collective matrix on
 # device buffers with the real plugin (2 and 4 ranks on one GPU, CUDA IPC and staging
 # paths), the mismatch check, chorus-bench -G next to --backend nccl, and last the host
 # unit tests; then a summary with every number the closing note needs. Without a device
@@ -157,6 +158,13 @@ main() {
         grep -o 'skipped: .*' "$STEP_LOG" | tail -n 1
         return 77
     fi
+
+    # The plugin's calls for NIC pairing and GPUDirect RDMA: every device's PCI address,
+    # and a dma-buf export (skipped where the driver has no dma-buf: reported, not failed).
+    step "gpu_plugin_extras --pci" 30 "$BUILD/tests/gpu_plugin_extras" --pci
+    grep -E '^device|FAIL' "$STEP_LOG" | head -n 8 | sed 's/^/     /'
+    step "gpu_plugin_extras --dmabuf" 30 "$BUILD/tests/gpu_plugin_extras" --dmabuf
+    grep -E 'FAIL|skipped' "$STEP_LOG" | head -n 4 | sed 's/^/     /'
 
     # Kernels: every op x dtype against the CPU, then sum vs copy on 1 GiB buffers.
     step "gpu_kernel_bench (check + 1 GiB bench)" 120 "$KB"
