@@ -79,6 +79,8 @@ int main(int argc, char **argv)
     if (rank != 0) {
         sleep(2); /* rank 0 is done by then: its call ends after 1 s or 0.5 s */
         chorus_comm_destroy(comm);
+        free(send);
+        free(recv);
         return 0;
     }
     if (strcmp(which, "timeout") == 0) {
