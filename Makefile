@@ -155,7 +155,7 @@ bench-compare: all compare-peers
 	BUILD=$(BUILD) sh bench/compare.sh
 
 asan:
-	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 test
+	CHORUS_TEST_UNIT_TIMEOUT=600 $(MAKE) BUILD=build-asan SAN=1 OPT=-O1 test
 
 valgrind: all $(BUILD)/tests/mp_coll_matrix
 	@BUILD=$(BUILD) sh tests/valgrind.sh
