@@ -152,16 +152,40 @@ int chorus__topo_nearest_nic(const chorus_topo_host_t *h, int gpu)
     return best;
 }
 
-/* Nonzero if NIC a of h goes before NIC b for the GPU g: nearer, else faster, else first. */
+/* Where NIC a stands among the NICs that tie with it for the GPU g (same distance, same
+ * speed): *pos_p its place among them in h's order, *n_p how many they are. */
+static void topo_nic_tie(const chorus_topo_host_t *h, const chorus_topo_dev_t *g, int a,
+                         int *pos_p, int *n_p)
+{
+    int da = chorus__topo_dev_distance(g, &h->nics[a]), pos = 0, n = 0;
+
+    for (int j = 0; j < h->nnics; j++) {
+        if (chorus__topo_dev_distance(g, &h->nics[j]) != da ||
+            h->nics[j].speed_mbps != h->nics[a].speed_mbps)
+            continue;
+        pos += j < a;
+        n++;
+    }
+    *pos_p = pos;
+    *n_p = n;
+}
+
+/* Nonzero if NIC a of h goes before NIC b for the GPU g: nearer, else faster, else the
+ * GPU's turn among equals. Equals are taken in h's order rotated by the GPU's index, so
+ * that GPUs with the same choice of NICs (a dual-port card, two NICs on the host bridge)
+ * spread over them instead of all taking the first, as NCCL does. */
 static int topo_nic_before(const chorus_topo_host_t *h, const chorus_topo_dev_t *g, int a, int b)
 {
     int da = chorus__topo_dev_distance(g, &h->nics[a]);
     int db = chorus__topo_dev_distance(g, &h->nics[b]);
+    int gi = (int)(g - h->gpus), pa, pb, n;
 
     if (da != db) return da < db;
     if (h->nics[a].speed_mbps != h->nics[b].speed_mbps)
         return h->nics[a].speed_mbps > h->nics[b].speed_mbps;
-    return a < b;
+    topo_nic_tie(h, g, a, &pa, &n);
+    topo_nic_tie(h, g, b, &pb, &n);
+    return (pa - gi % n + n) % n < (pb - gi % n + n) % n;
 }
 
 int chorus__topo_nic_preference(const chorus_topo_host_t *h, const char *gpu_bus, char *buf,

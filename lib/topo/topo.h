@@ -97,7 +97,9 @@ int chorus__topo_dev_distance(const chorus_topo_dev_t *a, const chorus_topo_dev_
 int chorus__topo_nearest_nic(const chorus_topo_host_t *h, int gpu);
 /* The PCI addresses of h's NICs, nearest to the GPU at PCI address gpu_bus first, as
  * chorus_tp_params_t.nic_preference wants them: by chorus__topo_dev_distance (same PCI
- * switch, then same NUMA node, then across), ties to the faster NIC, then h's order.
+ * switch, then same NUMA node, then across), ties to the faster NIC, then in h's order
+ * rotated by the GPU's index (GPU i of h starts at the i-th of its equally good NICs, so
+ * GPUs spread over NICs they reach equally well).
  * Comma-separated in canonical form (util/pci.h) into buf of len bytes; NICs of unknown or
  * malformed address are left out. Pure. Returns how many it listed: 0 (and "") when h is
  * NULL, lists no GPU at gpu_bus (any spelling) or no NIC of known address; -1 (and "")

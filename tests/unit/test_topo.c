@@ -333,10 +333,22 @@ static void test_nic_preference(void **state)
     h->gpus[1].pci_switch[0] = '\0';
     assert_int_equal(chorus__topo_nic_preference(h, "0000:97:00.0", buf, sizeof buf), 2);
     assert_string_equal(buf, "0000:9a:00.0,0000:1a:00.0");
-    /* At equal distance the faster NIC, then the topology's order. */
+    /* At equal distance and speed the GPUs spread: GPU i starts at the i-th of the NICs
+     * it reaches equally well (GPU 1 here at mlx5_1; GPU 0, made as far from both, at
+     * mlx5_0), and the faster NIC goes first whatever the GPU. */
     h->gpus[1].numa = -1;
     assert_int_equal(chorus__topo_nic_preference(h, "0000:97:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:9a:00.0,0000:1a:00.0");
+    h->gpus[0].pci_switch[0] = '\0';
+    h->gpus[0].numa = -1;
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:17:00.0", buf, sizeof buf), 2);
     assert_string_equal(buf, "0000:1a:00.0,0000:9a:00.0");
+    snprintf(h->gpus[0].pci_switch, sizeof h->gpus[0].pci_switch, "0000:15:00.0");
+    h->gpus[0].numa = 0;
+    h->nics[0].speed_mbps = 400000;
+    assert_int_equal(chorus__topo_nic_preference(h, "0000:97:00.0", buf, sizeof buf), 2);
+    assert_string_equal(buf, "0000:1a:00.0,0000:9a:00.0");
+    h->nics[0].speed_mbps = 200000;
     h->nics[1].speed_mbps = 400000;
     assert_int_equal(chorus__topo_nic_preference(h, "0000:97:00.0", buf, sizeof buf), 2);
     assert_string_equal(buf, "0000:9a:00.0,0000:1a:00.0");
