@@ -20,6 +20,7 @@
  * arrives, which is causally after this rank's own contribution was received.
  */
 #include "algo/algo.h"
+#include "topo/topo.h"
 
 #include "util/status.h"
 
@@ -57,33 +58,26 @@ static int ring_rank_at(const ring_t *g, int pos)
  * permutation: a bad order would make ranks disagree on who talks to whom, a hang. */
 static chorus_status_t ring_setup(const chorus_coll_args_t *a, ring_t *g)
 {
-    int n = a->nranks, i;
-    unsigned char *seen;
+    chorus_status_t status;
+    int *pos;
 
-    g->n = n;
+    g->n = a->nranks;
     g->order = a->ring_order;
     g->pos = a->rank;
     g->root_pos = a->root;
     if (a->ring_order != NULL) {
-        seen = calloc((size_t)n, 1);
-        if (seen == NULL)
+        pos = malloc((size_t)a->nranks * sizeof *pos);
+        if (pos == NULL)
             return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: ring: no memory for the order",
                                  a->rank);
-        for (i = 0; i < n; i++) {
-            int r = a->ring_order[i];
-
-            if (r < 0 || r >= n || seen[r]) {
-                free(seen);
-                return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                                     "rank %d: ring: ring_order[%d] = %d is not a permutation "
-                                     "of 0..%d",
-                                     a->rank, i, r, n - 1);
-            }
-            seen[r] = 1;
-            if (r == a->rank) g->pos = i;
-            if (r == a->root) g->root_pos = i;
+        status = chorus__topo_order_invert(a->nranks, a->ring_order, pos);
+        if (status == CHORUS_SUCCESS) {
+            g->pos = pos[a->rank];
+            if (a->root >= 0 && a->root < a->nranks) g->root_pos = pos[a->root];
         }
-        free(seen);
+        free(pos);
+        if (status != CHORUS_SUCCESS)
+            return chorus__error_context(status, "rank %d: ring", a->rank);
     }
     g->next = ring_rank_at(g, g->pos + 1);
     g->prev = ring_rank_at(g, g->pos - 1);
