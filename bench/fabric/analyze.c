@@ -24,12 +24,6 @@ typedef struct {
     int n, cap;
 } findings_t;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The median of the values >= 0 among n (values < 0 are "not measured"); -1 if none. */
 static double median_of(const double *v, int n)
 {
@@ -44,8 +38,7 @@ static double median_of(const double *v, int n)
         free(tmp);
         return -1;
     }
-    qsort(tmp, (size_t)m, sizeof(*tmp), cmp_double);
-    med = m % 2 ? tmp[m / 2] : (tmp[m / 2 - 1] + tmp[m / 2]) / 2;
+    med = fabric_median(tmp, m);
     free(tmp);
     return med;
 }

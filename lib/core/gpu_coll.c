@@ -73,6 +73,21 @@ chorus_status_t chorus__gpu_classify(chorus_comm_t comm, const char *opname, con
     return CHORUS_SUCCESS;
 }
 
+chorus_status_t chorus__gpu_p2p_ops_reserve(chorus_gpu_comm_t *g, size_t n, const char *what)
+{
+    chorus_p2p_op_t *list;
+
+    if (n <= g->p2p_ops_cap) return CHORUS_SUCCESS;
+    list = malloc(n * sizeof *list);
+    if (list == NULL)
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory for %zu operations",
+                             g->comm->rank, what, n);
+    free(g->p2p_ops);
+    g->p2p_ops = list;
+    g->p2p_ops_cap = n;
+    return CHORUS_SUCCESS;
+}
+
 /* ---- Waiting on the proxy ---- */
 
 chorus_status_t chorus__gpu_wait_event(chorus_gpu_comm_t *g, void *ev, const char *what,

@@ -165,6 +165,9 @@ typedef struct chorus_gpu_comm {
     struct chorus_ipc_arena *ipc;
 } chorus_gpu_comm_t;
 
+/* Makes g->p2p_ops hold n operations (the send/recv paths copy a group's list there). */
+chorus_status_t chorus__gpu_p2p_ops_reserve(chorus_gpu_comm_t *g, size_t n, const char *what);
+
 /* Waits on the proxy until ev has completed, with the comm's deadline, abort flag and
  * waiting policy; for names what the op is waiting for in messages. */
 chorus_status_t chorus__gpu_wait_event(chorus_gpu_comm_t *g, void *ev, const char *what,

@@ -173,15 +173,8 @@ chorus_status_t chorus__gpu_direct_p2p(chorus_gpu_comm_t *g, const chorus_p2p_op
     if (g->p2p_ev_in == NULL) status = gops->event_create(&g->p2p_ev_in);
     if (status != CHORUS_SUCCESS)
         return chorus__gpu_error(status, "rank %d: %s: creating an event", g->comm->rank, what);
-    if (n > g->p2p_ops_cap) {
-        chorus_p2p_op_t *list = malloc(n * sizeof *list);
-        if (list == NULL)
-            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory for %zu "
-                                 "operations", g->comm->rank, what, n);
-        free(g->p2p_ops);
-        g->p2p_ops = list;
-        g->p2p_ops_cap = n;
-    }
+    status = chorus__gpu_p2p_ops_reserve(g, n, what);
+    if (status != CHORUS_SUCCESS) return status;
     status = direct_self_copies(g, ops, n, what, &copies);
     if (status == CHORUS_SUCCESS && copies > 0) {
         status = gops->event_record(g->p2p_ev_in, g->stream_in);

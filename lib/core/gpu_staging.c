@@ -238,15 +238,8 @@ static chorus_status_t stg_p2p_reserve(chorus_gpu_comm_t *g, size_t bytes, size_
     if (status != CHORUS_SUCCESS)
         return chorus__gpu_error(status, "rank %d: %s: creating the staging events",
                                  g->comm->rank, what);
-    if (n > g->p2p_ops_cap) {
-        chorus_p2p_op_t *list = malloc(n * sizeof *list);
-        if (list == NULL)
-            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory for %zu "
-                                 "operations", g->comm->rank, what, n);
-        free(g->p2p_ops);
-        g->p2p_ops = list;
-        g->p2p_ops_cap = n;
-    }
+    status = chorus__gpu_p2p_ops_reserve(g, n, what);
+    if (status != CHORUS_SUCCESS) return status;
     if (bytes <= g->p2p_bytes) return CHORUS_SUCCESS;
     if (g->p2p_host != NULL) ops->free_host(g->p2p_host);
     g->p2p_host = NULL;

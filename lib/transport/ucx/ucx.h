@@ -230,6 +230,8 @@ chorus_status_t chorus__ucx_post_to(ucx_tp_t *tp, int peer, int send, void *buf,
 
 /* Starts a slot that UCX returned for an operation (put, flush) of an RMA part. */
 void chorus__ucx_track(ucx_tp_t *tp, int peer, void *request, const ucx_target_t *t);
+/* Takes a tracked request off its peer's list (nothing if it is on none). */
+void chorus__ucx_unlink(ucx_tp_t *tp, ucx_slot_t *s);
 
 /* Fails every peer whose endpoint reported an error; returns the first error. */
 chorus_status_t chorus__ucx_handle_errors(ucx_tp_t *tp);

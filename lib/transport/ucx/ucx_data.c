@@ -24,7 +24,7 @@ static void ucx_finish(chorus_tp_req_t *req, chorus_status_t status)
     req->done = 1;
 }
 
-static void ucx_unlink(ucx_tp_t *tp, ucx_slot_t *s)
+void chorus__ucx_unlink(ucx_tp_t *tp, ucx_slot_t *s)
 {
     if (s->peer < 0) return;
     ucx_peer_t *pp = &tp->peers[s->peer];
@@ -104,7 +104,7 @@ static void ucx_done(ucx_tp_t *tp, ucx_slot_t *s, ucs_status_t st, const ucp_tag
         int part = s->part;
 
         s->rma = NULL;
-        ucx_unlink(tp, s);
+        chorus__ucx_unlink(tp, s);
         ucp_request_free(s);
         chorus__ucx_rma_event(tp, rma, part, st, info != NULL ? info->length : 0);
         return;
@@ -117,7 +117,7 @@ static void ucx_done(ucx_tp_t *tp, ucx_slot_t *s, ucs_status_t st, const ucp_tag
         }
         ucx_finish(s->req, status);
     }
-    ucx_unlink(tp, s);
+    chorus__ucx_unlink(tp, s);
     s->req = NULL;
     ucp_request_free(s);
 }

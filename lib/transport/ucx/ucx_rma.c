@@ -163,15 +163,9 @@ static void rma_rma_done(void *request, ucs_status_t st, void *user_data)
     }
     ucx_rma_t *rma = s->rma;
     int part = s->part;
-    ucx_peer_t *pp = &tp->peers[s->peer];
 
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        pp->head = s->next;
-    if (s->next != NULL) s->next->prev = s->prev;
+    chorus__ucx_unlink(tp, s);
     s->rma = NULL;
-    s->peer = -1;
     ucp_request_free(s);
     chorus__ucx_rma_event(tp, rma, part, st, 0);
 }
