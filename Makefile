@@ -12,27 +12,32 @@ SAN     ?=
 CPPFLAGS += -Iinclude -Ilib -Ikernels -D_GNU_SOURCE
 CFLAGS   += -std=c11 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes -fno-strict-aliasing
-LDLIBS   += -lcrypto -ljansson -lpthread -lm -lrt -ldl
 ifeq ($(SAN),1)
 CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=address,undefined
 endif
 
-# Optional libraries (issue 7), found with pkg-config and reported on every build. Each
-# adds CHORUS_HAVE_<NAME>=1 and its libraries; the code that needs one compiles to a stub
-# that says what is missing (CHORUS_ERR_UNSUPPORTED) when it is absent.
-define chorus_optional
-HAVE_$(1) := $$(shell pkg-config --exists $(2) 2>/dev/null && echo 1)
-ifeq ($$(HAVE_$(1)),1)
-CPPFLAGS += -DCHORUS_HAVE_$(1)=1
-LDLIBS   += $$(shell pkg-config --libs $(2))
-else
-$$(info $(2): not found (apt-get install $(3)): $(4))
+# What the build is made of (issue 16) is decided before anything compiles: configure
+# installs missing packages (CHORUS_DEPS=all, min or none), detects the optional libraries
+# (ucx, libibverbs, hwloc; nvcc under CUDA_HOME) and writes $(BUILD)/config.mk, rewritten
+# only when its content changes. Make remakes it on every run and restarts when it
+# changed; every object and program depends on it, so installing or removing a package
+# rebuilds what it affects. The code that needs an absent library compiles to a stub that
+# says so (CHORUS_ERR_UNSUPPORTED), and configure's summary names each one.
+CUDA_HOME ?= /usr/local/cuda
+CONFIG    := $(BUILD)/config.mk
+CHORUS_VERSION   := unconfigured
+CHORUS_SOVERSION := unconfigured-so
+ifneq ($(filter-out clean format,$(or $(MAKECMDGOALS),all)),)
+include $(CONFIG)
 endif
-endef
-$(eval $(call chorus_optional,UCX,ucx,libucx-dev,CHORUS_TRANSPORT=ucx is unavailable))
-$(eval $(call chorus_optional,IBV,libibverbs,libibverbs-dev,the ib transport is a stub))
-$(eval $(call chorus_optional,HWLOC,hwloc,libhwloc-dev,no hwloc topology discovery))
+$(CONFIG): FORCE
+	@BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) \
+	    SUMMARY=$(if $(MAKE_RESTARTS)$(filter-out 0,$(MAKELEVEL)),0,1) sh tools/configure.sh
+FORCE:
+
+CPPFLAGS += $(CONFIG_CPPFLAGS)
+LDLIBS   += $(CONFIG_LIBS) -lpthread -lm -lrt -ldl
 
 LIB_SRCS  := $(sort $(wildcard kernels/*.c lib/*/*.c lib/transport/*/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -45,17 +50,27 @@ MP_BINS   := $(MP_SRCS:tests/mp/%.c=$(BUILD)/tests/mp_%)
 EX_SRCS   := $(sort $(wildcard examples/*.c))
 EX_BINS   := $(EX_SRCS:examples/%.c=$(BUILD)/examples/%)
 
+# The shared library the usual way: libchorus.so -> libchorus.so.0 (the SONAME, the ABI's
+# major version) -> libchorus.so.0.MINOR.PATCH, the version in include/chorus.h.
 STATIC_LIB := $(BUILD)/lib/libchorus.a
-SHARED_LIB := $(BUILD)/lib/libchorus.so
+SONAME     := libchorus.so.$(CHORUS_SOVERSION)
+SHARED_REAL:= libchorus.so.$(CHORUS_VERSION)
+SHARED_LIB := $(BUILD)/lib/$(SHARED_REAL)
+SHARED_LINKS := $(BUILD)/lib/$(SONAME) $(BUILD)/lib/libchorus.so
 BINS := $(TOOL_NAMES:%=$(BUILD)/bin/%) $(BENCH_NAMES:%=$(BUILD)/bin/%)
+# pkg-config and CMake files that point into the build tree (PKG_CONFIG_PATH=build/lib/pkgconfig,
+# -DChorus_DIR=build/lib/cmake/Chorus); `make install` writes the installed ones.
+TREE_PC    := $(BUILD)/lib/pkgconfig/chorus.pc
+TREE_CMAKE := $(BUILD)/lib/cmake/Chorus/ChorusConfig.cmake
 
 .PHONY: all deps test test-full unit-test bench asan valgrind install clean format
-all: $(STATIC_LIB) $(SHARED_LIB) $(BINS) $(EX_BINS) $(BUILD)/lib/pkgconfig/chorus.pc
+all: $(STATIC_LIB) $(SHARED_LIB) $(SHARED_LINKS) $(BINS) $(EX_BINS) $(TREE_PC) $(TREE_CMAKE)
 
+# Installs every package (configure does so on each make too, as CHORUS_DEPS says).
 deps:
 	@sh tools/install-deps.sh
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
@@ -65,56 +80,64 @@ $(STATIC_LIB): $(LIB_OBJS)
 
 $(SHARED_LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(LDFLAGS) -Wl,-soname,libchorus.so.0 -o $@ $^ $(LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/lib/pkgconfig/chorus.pc: tools/chorus.pc.in
-	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' $< > $@
+$(SHARED_LINKS): $(SHARED_LIB)
+	ln -sf $(if $(filter %/$(SONAME),$@),$(SHARED_REAL),$(SONAME)) $@
+
+# pc and cmake files for a prefix: tools/write-pkg-files.sh DIR PREFIX LIBDIR INCLUDEDIR.
+PKG_FILES_ENV = VERSION=$(CHORUS_VERSION) SOVERSION=$(CHORUS_SOVERSION) \
+    REQUIRES="$(PC_REQUIRES_PRIVATE)" LIBS="$(CONFIG_LIBS) -lpthread -lm -lrt -ldl"
+$(TREE_PC) $(TREE_CMAKE) &: tools/write-pkg-files.sh tools/chorus.pc.in \
+        tools/ChorusConfig.cmake.in tools/ChorusConfigVersion.cmake.in $(CONFIG)
+	$(PKG_FILES_ENV) sh tools/write-pkg-files.sh $(BUILD)/lib "$(abspath $(BUILD))" \
+	    "$(abspath $(BUILD))/lib" "$(abspath include)"
 
 # Each tool is the .c files of its folder, linked statically against libchorus.
-$(BUILD)/bin/chorusrun: $(wildcard tools/chorusrun/*.c) $(STATIC_LIB)
+$(BUILD)/bin/chorusrun: $(wildcard tools/chorusrun/*.c) $(STATIC_LIB) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
 
-$(BUILD)/bin/chorus-bench: $(wildcard bench/chorus-bench/*.c bench/chorus-bench/*.h) $(STATIC_LIB)
+$(BUILD)/bin/chorus-bench: $(wildcard bench/chorus-bench/*.c bench/chorus-bench/*.h) $(STATIC_LIB) \
+        $(CONFIG)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) -ljansson $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
 
 # chorus-fabric (issue 8); its unit tests link every part of it but main.c.
 FABRIC_SRCS := $(sort $(wildcard bench/fabric/*.c))
 FABRIC_PARTS := $(filter-out bench/fabric/main.c,$(FABRIC_SRCS))
-$(BUILD)/bin/chorus-fabric: $(FABRIC_SRCS) $(wildcard bench/fabric/*.h) $(STATIC_LIB)
+$(BUILD)/bin/chorus-fabric: $(FABRIC_SRCS) $(wildcard bench/fabric/*.h) $(STATIC_LIB) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
 
 $(BUILD)/tests/test_fabric_%: tests/unit/test_fabric_%.c $(FABRIC_PARTS) $(STATIC_LIB) \
-		$(wildcard bench/fabric/*.h tests/unit/*.h)
+		$(wildcard bench/fabric/*.h tests/unit/*.h) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests -Ibench/fabric $(CFLAGS) $(LDFLAGS) -o $@ $< $(FABRIC_PARTS) \
 	    $(STATIC_LIB) -lcmocka $(LDLIBS)
 
-$(BUILD)/tests/test_%: tests/unit/test_%.c $(STATIC_LIB) $(wildcard tests/unit/*.h)
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(STATIC_LIB) $(wildcard tests/unit/*.h) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) -lcmocka $(LDLIBS)
 
-$(BUILD)/tests/mp_%: tests/mp/%.c $(STATIC_LIB) $(wildcard tests/mp/*.h)
+$(BUILD)/tests/mp_%: tests/mp/%.c $(STATIC_LIB) $(wildcard tests/mp/*.h) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LDLIBS)
 
-$(BUILD)/examples/%: examples/%.c $(STATIC_LIB)
+$(BUILD)/examples/%: examples/%.c $(STATIC_LIB) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LDLIBS)
 
-test: deps all $(UNIT_BINS) $(MP_BINS)
+test: all $(UNIT_BINS) $(MP_BINS)
 	@BUILD=$(BUILD) sh tests/run_tests.sh
 
-test-full: deps all $(UNIT_BINS) $(MP_BINS)
+test-full: all $(UNIT_BINS) $(MP_BINS)
 	@ALGO_TEST_BIG=all BUILD=$(BUILD) sh tests/run_tests.sh
 
 unit-test: all $(UNIT_BINS)
 	@BUILD=$(BUILD) sh tests/run_tests.sh unit
 
-bench: deps all
+bench: all
 	$(BUILD)/bin/chorusrun -n 4 -- $(BUILD)/bin/chorus-bench allreduce -b 8 -e 64M -f 2 -c 1
 
 # Allreduce (ring and tree) on emulated clusters of 2, 4 and 8 hosts, links capped at
@@ -147,7 +170,7 @@ $(BUILD)/bin/gloo-bench: bench/gloo/gloo-bench.cc bench/mpi/peer.h
 	$(CXX) -Ibench/mpi $(PEER_CXXFLAGS) $(LDFLAGS) -o $@ $< -lgloo -pthread
 
 # The raw loopback tcp ceiling of compare.sh -t tcp: plain sockets, no libchorus on purpose.
-$(BUILD)/bin/tcp-ceiling: $(wildcard bench/ceiling/*.c)
+$(BUILD)/bin/tcp-ceiling: $(wildcard bench/ceiling/*.c) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^)
 
@@ -194,7 +217,7 @@ fuzz:
 	    $(MAKE) --no-print-directory $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%) && \
 	    BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/fuzz.sh $(FUZZ_NAMES); fi
 
-$(BUILD)/fuzz/obj/%.o: %.c
+$(BUILD)/fuzz/obj/%.o: %.c $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
@@ -212,9 +235,7 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/no_dns.c tests/fuzz/fuzz_co
 # it at run time, so one libchorus runs with and without CUDA. libchorus-cuda-fake.so
 # implements the same table on host memory (tests/gpu/fake): `make test` runs the device
 # path on it everywhere.
-CUDA_HOME   ?= /usr/local/cuda
 NVCC        := $(CUDA_HOME)/bin/nvcc
-HAVE_NVCC   := $(if $(wildcard $(NVCC)),1,)
 CUDA_ARCHS  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90
 NVCCFLAGS   ?= -O3 -std=c++17 --threads 0 $(CUDA_ARCHS) -Werror all-warnings \
@@ -232,13 +253,11 @@ GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/*.c))
 GPU_TEST_BINS := $(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu_%)
 ifeq ($(HAVE_NVCC),1)
 all: $(CUDA_PLUGIN)
-else
-$(info cuda: no nvcc at $(NVCC): building without CUDA (no libchorus-cuda.so; device buffers unsupported))
 endif
 all: $(FAKE_PLUGIN)
 test unit-test: $(GPU_TEST_BINS)
 
-$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.cuh kernels/*.h) lib/gpu/gpu.h
+$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.cuh kernels/*.h) lib/gpu/gpu.h $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Iinclude -Ilib -Ikernels -c $< -o $@
 
@@ -248,7 +267,7 @@ $(PLUGIN_OBJS): CPPFLAGS += -I$(CUDA_HOME)/include
 # cudaGetDriverEntryPointByVersion, so the plugin loads even where there is no driver.
 $(CUDA_PLUGIN): $(PLUGIN_OBJS) $(CU_OBJS)
 	@mkdir -p $(dir $@)
-	$(CXX) -shared -Wl,-Bsymbolic -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt \
+	$(CXX) -shared -Wl,-Bsymbolic -o $@ $(filter %.o,$^) -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt \
 	    -lpthread
 
 $(FAKE_PLUGIN): $(FAKE_OBJS) $(KERNEL_OBJS)
@@ -257,19 +276,38 @@ $(FAKE_PLUGIN): $(FAKE_OBJS) $(KERNEL_OBJS)
 
 # gpu_coll_matrix includes the host matrix (tests/mp/coll_matrix.c) and runs it on devices.
 $(BUILD)/tests/gpu_coll_matrix: tests/mp/coll_matrix.c
-$(BUILD)/tests/gpu_%: tests/gpu/%.c $(STATIC_LIB) $(wildcard tests/gpu/*.h tests/mp/*.h)
+$(BUILD)/tests/gpu_%: tests/gpu/%.c $(STATIC_LIB) $(wildcard tests/gpu/*.h tests/mp/*.h) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LDLIBS)
 
+# DESTDIR stages (make deb); LIBDIR and INCLUDEDIR default under PREFIX.
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR     ?= $(PREFIX)/bin
 install: all
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/chorus.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/libchorus.so.0
-	ln -sf libchorus.so.0 $(DESTDIR)$(PREFIX)/lib/libchorus.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' tools/chorus.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/chorus.pc
-	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
-	if [ -f $(CUDA_PLUGIN) ]; then install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/; fi
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR)
+	install -m 644 include/chorus.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SHARED_LIB) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(SHARED_REAL) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libchorus.so
+	$(PKG_FILES_ENV) sh tools/write-pkg-files.sh $(DESTDIR)$(LIBDIR) $(PREFIX) $(LIBDIR) \
+	    $(INCLUDEDIR)
+	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)/
+	if [ -f $(CUDA_PLUGIN) ]; then install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR)/; fi
+
+# A Debian package of all of the above under /usr (tools/make-deb.sh): $(BUILD)/chorus_VERSION_ARCH.deb.
+.PHONY: deb
+deb: all
+	BUILD=$(BUILD) VERSION=$(CHORUS_VERSION) sh tools/make-deb.sh
+
+# What a new user does (tests/install, tests/readme; issue 16): install and build the
+# examples through pkg-config and CMake, the Debian package, the README's commands from a
+# fresh clone, and fresh machines without the optional packages in both orders (long:
+# two clean builds and test runs; it removes and reinstalls packages, so root only).
+.PHONY: test-install
+test-install:
+	@BUILD=$(BUILD) sh tests/install/run.sh $(TEST_INSTALL_ARGS)
 
 clean:
 	rm -rf build build-*

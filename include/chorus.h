@@ -73,6 +73,11 @@ const char *chorus_last_error(void);
 /* Version of the library actually loaded, as CHORUS_VERSION_CODE. */
 int chorus_version(void);
 
+/* What the loaded library was built with, one static line such as
+ * "chorus 0.1.0: ucx yes, ib verbs yes, hwloc yes": a transport built without its library
+ * is a stub that returns CHORUS_ERR_UNSUPPORTED. Never NULL. */
+const char *chorus_build_info(void);
+
 /* ---- Datatypes and reduction operations ---- */
 
 typedef enum {

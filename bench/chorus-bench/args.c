@@ -61,6 +61,7 @@ void bench_usage(FILE *out)
         "       chorus-bench calibrate COLLECTIVE [options]   (--algo all with chunk sizes;\n"
         "                           records each size's fastest in the calibration file)\n"
         "       chorus-bench --help-env\n"
+        "       chorus-bench --version     (the library's version and what it was built with)\n"
         "       chorus-bench --info        (topology, transport per peer class, CHORUS_*;\n"
         "                           under a launcher for the per-peer part)\n"
         "       chorus-bench --topo-dump FILE   (this host's topology as JSON, the schema\n"

@@ -271,8 +271,10 @@ int bench_write_csv_file(const results_t *r, const char *path);
 /* ---- plot.c ---- */
 /* Draws PREFIX-COLL-busbw.png and PREFIX-COLL-latency.png for each collective in the
  * runs: one line per run label (and, when a run holds several, per datatype, op and
- * placement). in_place_too: also draw the in-place series. Returns 0, or -1 (printed)
- * when gnuplot is missing or failed: never fatal to the caller. */
+ * placement). in_place_too: also draw the in-place series. Creates PREFIX's directories.
+ * Returns 0; -1 (printed) when gnuplot is missing or failed, which is not fatal (the data
+ * files are there); -2 (printed) when a file cannot be written, which the caller's exit
+ * status must show. */
 int bench_plot(const char *prefix, const results_t *runs, const char *const *labels, int nruns,
                int in_place_too);
 

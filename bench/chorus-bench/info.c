@@ -47,27 +47,6 @@ static const char *info_reason(int same_host, int kind)
     return "the core's choice";
 }
 
-static void info_build_flags(void)
-{
-    printf("build: ucx %s, ib verbs %s, hwloc %s\n",
-#ifdef CHORUS_HAVE_UCX
-           "yes",
-#else
-           "no (libucx-dev)",
-#endif
-#ifdef CHORUS_HAVE_IBV
-           "yes",
-#else
-           "no (libibverbs-dev)",
-#endif
-#ifdef CHORUS_HAVE_HWLOC
-           "yes"
-#else
-           "no (libhwloc-dev)"
-#endif
-    );
-}
-
 /* Rank 0's peers grouped by (same host?, transport), with the host map and ring order. */
 static void info_peers(chorus_comm_t comm)
 {
@@ -113,7 +92,7 @@ static int info_run(void)
     status = chorus_comm_init_env(&comm);
     if (status == CHORUS_SUCCESS) chorus_comm_rank(comm, &rank);
     if (rank == 0) {
-        info_build_flags();
+        printf("build: %s\n", chorus_build_info());
         if (chorus__topo_local(&topo) == CHORUS_SUCCESS)
             chorus__topo_print(topo, stdout);
         else
@@ -168,6 +147,10 @@ int bench_info_main(int argc, char **argv)
         }
         if (strncmp(argv[i], "--topo-dump=", 12) == 0) return info_dump(argv[i] + 12);
         if (strcmp(argv[i], "--info") == 0) return info_run();
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("%s\n", chorus_build_info());
+            return 0;
+        }
     }
     return -1;
 }

@@ -200,7 +200,7 @@ static int write_reports(const bench_t *b)
     if (b->opt.csv_path != NULL && bench_write_csv_file(&b->res, b->opt.csv_path) != 0) rc = 1;
     if (b->opt.plot_prefix != NULL) {
         const char *label = "";
-        (void)bench_plot(b->opt.plot_prefix, &b->res, &label, 1, 1);
+        if (bench_plot(b->opt.plot_prefix, &b->res, &label, 1, 1) == -2) rc = 1;
     }
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -239,6 +240,26 @@ static void context_of(const results_t *runs, int nruns, char *out, size_t size)
                  same_algo ? m->algo_requested : "");
 }
 
+/* Creates the directories of a --plot prefix ("out/ar": out/), as a user who names a new
+ * folder expects. 0, or -1 (printed). */
+static int make_prefix_dirs(const char *prefix)
+{
+    char dir[4096];
+
+    snprintf(dir, sizeof(dir), "%s", prefix);
+    for (char *p = dir + 1; *p != '\0'; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "chorus-bench: --plot %s: mkdir %s: %s\n", prefix, dir,
+                    strerror(errno));
+            return -1;
+        }
+        *p = '/';
+    }
+    return 0;
+}
+
 int bench_plot(const char *prefix, const results_t *runs, const char *const *labels, int nruns,
                int in_place_too)
 {
@@ -246,6 +267,7 @@ int bench_plot(const char *prefix, const results_t *runs, const char *const *lab
     char data[4096], script[4096], context[256];
     int drawn = 0;
 
+    if (make_prefix_dirs(prefix) != 0) return -2;
     context_of(runs, nruns, context, sizeof(context));
     for (int c = 0; c < COLL_COUNT; c++) {
         int n = find_series(runs, labels, nruns, (coll_t)c, in_place_too, series), rc;
@@ -257,7 +279,7 @@ int bench_plot(const char *prefix, const results_t *runs, const char *const *lab
         snprintf(script, sizeof(script), "%s-%s.gp", prefix, bench_coll_name((coll_t)c));
         if (write_data(data, runs, (coll_t)c, series, n) != 0 ||
             write_script(script, prefix, data, (coll_t)c, context, lo, hi, series, n) != 0)
-            return -1;
+            return -2;
         rc = run_gnuplot(script);
         if (rc == 1) {
             fprintf(stderr,

@@ -346,7 +346,7 @@ static int write_outputs(const sweep_t *s, run_t *runs, int nruns)
             res[j] = runs[j].res;
             labels[j] = runs[j].label;
         }
-        (void)bench_plot(s->plot, res, labels, nruns, 0);
+        if (bench_plot(s->plot, res, labels, nruns, 0) == -2) rc = 1;
     }
     return rc;
 }

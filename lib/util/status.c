@@ -38,6 +38,32 @@ int chorus_version(void)
     return CHORUS_VERSION_CODE;
 }
 
+/* Each part as the library was compiled (tools/configure.sh decides), not as the caller's
+ * headers or the machine have it now. */
+#ifdef CHORUS_HAVE_UCX
+#define BUILD_UCX "yes"
+#else
+#define BUILD_UCX "no (stub: built without libucx-dev)"
+#endif
+#ifdef CHORUS_HAVE_IBV
+#define BUILD_IBV "yes"
+#else
+#define BUILD_IBV "no (stub: built without libibverbs-dev)"
+#endif
+#ifdef CHORUS_HAVE_HWLOC
+#define BUILD_HWLOC "yes"
+#else
+#define BUILD_HWLOC "no (built without libhwloc-dev)"
+#endif
+#define BUILD_STR2(x) #x
+#define BUILD_STR(x) BUILD_STR2(x)
+
+const char *chorus_build_info(void)
+{
+    return "chorus " BUILD_STR(CHORUS_VERSION_MAJOR) "." BUILD_STR(CHORUS_VERSION_MINOR) "." BUILD_STR(
+        CHORUS_VERSION_PATCH) ": ucx " BUILD_UCX ", ib verbs " BUILD_IBV ", hwloc " BUILD_HWLOC;
+}
+
 void chorus__error_clear(void)
 {
     error_msg[0] = '\0';

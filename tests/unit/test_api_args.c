@@ -104,6 +104,38 @@ static void fill(void *buf, size_t n, chorus_dtype_t dtype, int seed)
 
 /* ---- bad arguments ---- */
 
+/* The library says what it was built with, and it was built with what this test was: the
+ * build records its configuration (tools/configure.sh) and every object depends on it, so a
+ * library compiled before a package was installed cannot be linked with tests compiled
+ * after (issue 16: a stale stub library made the ib tests fail to link). */
+static void test_build_info(void **state)
+{
+    char want[64];
+    const char *info = chorus_build_info();
+
+    (void)state;
+    assert_non_null(info);
+    snprintf(want, sizeof want, "chorus %d.%d.%d: ", CHORUS_VERSION_MAJOR, CHORUS_VERSION_MINOR,
+             CHORUS_VERSION_PATCH);
+    assert_memory_equal(info, want, strlen(want));
+    assert_int_equal(chorus_version(), CHORUS_VERSION_CODE);
+#ifdef CHORUS_HAVE_UCX
+    assert_non_null(strstr(info, "ucx yes"));
+#else
+    assert_non_null(strstr(info, "ucx no (stub"));
+#endif
+#ifdef CHORUS_HAVE_IBV
+    assert_non_null(strstr(info, "ib verbs yes"));
+#else
+    assert_non_null(strstr(info, "ib verbs no (stub"));
+#endif
+#ifdef CHORUS_HAVE_HWLOC
+    assert_non_null(strstr(info, "hwloc yes"));
+#else
+    assert_non_null(strstr(info, "hwloc no"));
+#endif
+}
+
 static void test_null_comm_everywhere(void **state)
 {
     int x = 0, buf[4] = {0};
@@ -740,6 +772,7 @@ int main(void)
      * tests/gpu/coll_matrix.c checks. So no GPU plugin, whatever the machine has. */
     setenv("CHORUS_CUDA_PLUGIN", "none", 1);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_build_info),
         cmocka_unit_test(test_null_comm_everywhere),
         cmocka_unit_test(test_init_bad_args),
         cmocka_unit_test(test_bad_dtype_op),
