@@ -187,7 +187,7 @@ valgrind: all $(BUILD)/tests/mp_coll_matrix
 # 1,000 communicator create/destroy cycles, on 2 and 4 ranks over shm and tcp (~2 min;
 # `make test` runs a fifth of it).
 .PHONY: leak-test
-leak-test: all $(BUILD)/tests/mp_leak_cycles
+leak-test: all $(BUILD)/tests/mp_leak_cycles $(BUILD)/tests/mp_nonblocking
 	@BUILD=$(BUILD) sh tests/leak_cycles.sh full
 
 # Fault injection (issue 5, tests/fault): kill -9 over shm and over tcp on 4 emulated

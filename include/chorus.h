@@ -11,7 +11,8 @@
  * memory). Both buffers of a call must be the same kind; a NULL buffer where the call allows
  * one takes the other's kind; mixing is CHORUS_ERR_INVALID_ARGUMENT naming which is where.
  *  - Host buffers: `stream` must be NULL, and the call blocks until the operation is
- *    complete on this rank (its buffers may be reused on return).
+ *    complete on this rank (its buffers may be reused on return). The chorus_i* calls
+ *    ("Nonblocking operations" below) start the same operations and return at once.
  *  - Device buffers (all on one device per communicator): `stream` is the cudaStream_t,
  *    passed as void * (NULL: the legacy default stream). The call checks its arguments,
  *    queues the operation and returns at once, as NCCL's do: the operation starts after all
@@ -155,8 +156,10 @@ chorus_status_t chorus_comm_size(chorus_comm_t comm, int *size_p);
 #define CHORUS_SPLIT_NOCOLOR (-1)
 chorus_status_t chorus_comm_split(chorus_comm_t comm, int color, int key, chorus_comm_t *newcomm_p);
 
-/* Frees the communicator and everything it holds. Local: it does not wait for peers.
- * Safe after an error or an abort. NULL is accepted and ignored. */
+/* Frees the communicator and everything it holds. Local: it does not wait for peers (a
+ * nonblocking operation still in flight is ended with CHORUS_ERR_ABORTED; its request stays
+ * valid until waited for or freed). Safe after an error or an abort. NULL is accepted and
+ * ignored. */
 chorus_status_t chorus_comm_destroy(chorus_comm_t comm);
 
 /* How long any wait inside a call on comm may last before the call returns
@@ -237,6 +240,80 @@ chorus_status_t chorus_barrier(chorus_comm_t comm);
  * chorus_group_end returns at once. An error in chorus_group_end covers all of them. */
 chorus_status_t chorus_group_start(void);
 chorus_status_t chorus_group_end(void);
+
+/* ---- Nonblocking operations (host memory) ----
+ * Each collective and send/recv on host memory can be started without waiting for it:
+ * the chorus_i* call checks its arguments (an error is returned at once and no request is
+ * made), queues the operation and returns a request in *req_p. The operation runs on a
+ * progress thread of the communicator (started at its first nonblocking call), so it
+ * moves while the caller computes; complete it with chorus_wait, chorus_test or
+ * chorus_wait_all. The buffers must not be touched until then (recvbuf not read, sendbuf
+ * not written).
+ *  - Several operations may be in flight on one communicator. They run and complete in the
+ *    order issued, which must be the same on every rank, exactly as blocking calls would:
+ *    signatures are checked (CHORUS_ERR_MISMATCH names both calls) and the results are bit
+ *    for bit those of the blocking calls.
+ *  - Sends and receives issued one after another form one group (as chorus_group_start/end
+ *    would), which starts at the next collective call, wait, test or blocking call on the
+ *    communicator: so an exchange written isend + irecv on both ranks cannot deadlock, in
+ *    any order and at any size. A send or receive to self needs its match in the same
+ *    group.
+ *  - A failed operation fails its request with the usual status and message (delivered by
+ *    chorus_wait/test to the calling thread's chorus_last_error) and marks the
+ *    communicator failed: the operations queued after it fail too. chorus_comm_abort ends
+ *    every request in flight with CHORUS_ERR_ABORTED; so does chorus_comm_destroy, which
+ *    stays local. CHORUS_TIMEOUT (chorus_comm_set_timeout) bounds each operation from the
+ *    moment it starts running.
+ *  - A blocking call on the communicator first waits for every operation in flight.
+ *  - Device buffers are refused (CHORUS_ERR_UNSUPPORTED): device calls are already
+ *    asynchronous, ordered on their stream.
+ * Threads: the chorus_i* calls follow the communicator's one-thread rule; chorus_wait,
+ * chorus_test, chorus_wait_all and chorus_request_free may be called from any thread, on
+ * requests no other thread is using, also while the communicator's thread issues more. */
+typedef struct chorus_request *chorus_request_t;
+
+chorus_status_t chorus_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                  chorus_dtype_t dtype, chorus_op_t op, chorus_comm_t comm,
+                                  chorus_request_t *req_p);
+chorus_status_t chorus_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                  chorus_dtype_t dtype, chorus_comm_t comm,
+                                  chorus_request_t *req_p);
+chorus_status_t chorus_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                       chorus_dtype_t dtype, chorus_op_t op, chorus_comm_t comm,
+                                       chorus_request_t *req_p);
+chorus_status_t chorus_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                  chorus_dtype_t dtype, int root, chorus_comm_t comm,
+                                  chorus_request_t *req_p);
+chorus_status_t chorus_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                               chorus_dtype_t dtype, chorus_op_t op, int root, chorus_comm_t comm,
+                               chorus_request_t *req_p);
+chorus_status_t chorus_ialltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
+                                 chorus_dtype_t dtype, chorus_comm_t comm,
+                                 chorus_request_t *req_p);
+chorus_status_t chorus_ibarrier(chorus_comm_t comm, chorus_request_t *req_p);
+chorus_status_t chorus_isend(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                             chorus_comm_t comm, chorus_request_t *req_p);
+chorus_status_t chorus_irecv(void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                             chorus_comm_t comm, chorus_request_t *req_p);
+
+/* Waits until the operation of *req_p is complete, frees the request, sets *req_p to NULL
+ * and returns the operation's status (its message in chorus_last_error). A NULL *req_p
+ * returns CHORUS_SUCCESS at once. Waiting spins briefly, then yields, then sleeps. */
+chorus_status_t chorus_wait(chorus_request_t *req_p);
+
+/* *done_p = 1 when the operation is complete: the request is then freed, *req_p set to NULL
+ * and the operation's status returned; else *done_p = 0 and CHORUS_SUCCESS. Never blocks
+ * (it may start the pending send/recv group). A NULL *req_p is complete. */
+chorus_status_t chorus_test(chorus_request_t *req_p, int *done_p);
+
+/* Waits for every request of reqs[0..n) (NULLs allowed), freeing each and setting it to
+ * NULL; returns the first failed status in array order (its message in chorus_last_error),
+ * else CHORUS_SUCCESS. */
+chorus_status_t chorus_wait_all(size_t n, chorus_request_t *reqs);
+
+/* Releases a request without waiting: the operation still runs to completion, and its
+ * status is dropped. Sets *req_p to NULL. */
+chorus_status_t chorus_request_free(chorus_request_t *req_p);
 
 /* ---- Introspection ---- */
 

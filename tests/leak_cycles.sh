@@ -34,6 +34,15 @@ full)
             [ $rc -eq 0 ] || { tail -n 20 "${TMPDIR:-/tmp}/leak.$$.out"; failed=1; }
             rm -f "${TMPDIR:-/tmp}/leak.$$.out"
         done
+        # Nonblocking operations (issue 17): 100,000 in flight 8 at a time, with send/recv
+        # batches; threads, fds and RSS must not grow.
+        echo "== 4 ranks, CHORUS_TRANSPORT=$tp, 100000 nonblocking operations"
+        CHORUS_TRANSPORT=$tp "$CHORUSRUN" -n 4 --timeout 400 -- "$BUILD/tests/mp_nonblocking" \
+            --case leak --ops 100000 >"${TMPDIR:-/tmp}/leak.$$.out" 2>&1
+        rc=$?
+        grep -E 'FAIL|after 100000' "${TMPDIR:-/tmp}/leak.$$.out"
+        [ $rc -eq 0 ] || { tail -n 20 "${TMPDIR:-/tmp}/leak.$$.out"; failed=1; }
+        rm -f "${TMPDIR:-/tmp}/leak.$$.out"
     done
     ;;
 valgrind)

@@ -4,6 +4,7 @@
  * and run it on the engine. AVG runs as SUM and divides the result once at the end.
  */
 #include "core/comm.h"
+#include "core/async.h"
 #include "core/gpu_coll.h"
 #include "core/hang.h"
 
@@ -226,10 +227,9 @@ chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *c
     return coll_finish_avg(comm, call, what);
 }
 
-/* The common path of every collective entry point. */
-static chorus_status_t coll_entry(chorus_comm_t comm, chorus_coll_call_t *call)
+/* What every collective entry point checks first: the arguments, and not in a group. */
+static chorus_status_t coll_check(chorus_comm_t comm, chorus_coll_call_t *call)
 {
-    const char *name = chorus__core_coll_name(call->coll);
     chorus_status_t status;
 
     chorus__error_clear();
@@ -240,7 +240,18 @@ static chorus_status_t coll_entry(chorus_comm_t comm, chorus_coll_call_t *call)
         return chorus__error(CHORUS_ERR_UNSUPPORTED,
                              "rank %d: %s: collectives inside chorus_group_start/end are not "
                              "supported",
-                             comm->rank, name);
+                             comm->rank, chorus__core_coll_name(call->coll));
+    return CHORUS_SUCCESS;
+}
+
+/* The common path of every blocking collective entry point. */
+static chorus_status_t coll_entry(chorus_comm_t comm, chorus_coll_call_t *call)
+{
+    const char *name = chorus__core_coll_name(call->coll);
+    chorus_status_t status;
+
+    status = coll_check(comm, call);
+    if (status != CHORUS_SUCCESS) return status;
     if (call->device >= 0) return chorus__gpu_coll_submit(comm, call);
     status = chorus__comm_check_failed(comm, name);
     if (status != CHORUS_SUCCESS) return status;
@@ -321,4 +332,95 @@ chorus_status_t chorus_barrier(chorus_comm_t comm)
     chorus_coll_call_t call = {CHORUS_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0,
                                NULL, -1};
     return coll_entry(comm, &call);
+}
+
+/* ---- Nonblocking (async.c runs them) ---- */
+
+/* The common path of every nonblocking collective: checked here, on the caller's thread,
+ * so that a bad argument is an error of the call and no request is made. */
+static chorus_status_t icoll_entry(chorus_comm_t comm, chorus_coll_call_t *call,
+                                   chorus_request_t *req_p)
+{
+    const char *name = chorus__core_coll_name(call->coll);
+    chorus_status_t status;
+
+    if (req_p == NULL) {
+        chorus__error_clear();
+        if (comm == NULL)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "i%s: req_p is NULL", name);
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: i%s: req_p is NULL",
+                             comm->rank, name);
+    }
+    *req_p = NULL;
+    status = coll_check(comm, call);
+    if (status != CHORUS_SUCCESS) return status;
+    if (call->device >= 0)
+        return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                             "rank %d: i%s: the buffers are device memory: use %s with a "
+                             "stream, which is asynchronous already",
+                             comm->rank, name, name);
+    status = chorus__comm_check_failed_async(comm, name);
+    if (status != CHORUS_SUCCESS) return status;
+    return chorus__async_coll(comm, call, req_p);
+}
+
+chorus_status_t chorus_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                  chorus_dtype_t dtype, chorus_op_t op, chorus_comm_t comm,
+                                  chorus_request_t *req_p)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0,
+                               NULL, -1};
+    return icoll_entry(comm, &call, req_p);
+}
+
+chorus_status_t chorus_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                  chorus_dtype_t dtype, chorus_comm_t comm,
+                                  chorus_request_t *req_p)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
+                               CHORUS_SUM, 0, NULL, -1};
+    return icoll_entry(comm, &call, req_p);
+}
+
+chorus_status_t chorus_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                       chorus_dtype_t dtype, chorus_op_t op, chorus_comm_t comm,
+                                       chorus_request_t *req_p)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
+                               op, 0, NULL, -1};
+    return icoll_entry(comm, &call, req_p);
+}
+
+chorus_status_t chorus_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                  chorus_dtype_t dtype, int root, chorus_comm_t comm,
+                                  chorus_request_t *req_p)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
+                               CHORUS_SUM, root, NULL, -1};
+    return icoll_entry(comm, &call, req_p);
+}
+
+chorus_status_t chorus_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                               chorus_dtype_t dtype, chorus_op_t op, int root, chorus_comm_t comm,
+                               chorus_request_t *req_p)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root,
+                               NULL, -1};
+    return icoll_entry(comm, &call, req_p);
+}
+
+chorus_status_t chorus_ialltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
+                                 chorus_dtype_t dtype, chorus_comm_t comm,
+                                 chorus_request_t *req_p)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_ALLTOALL, sendbuf, recvbuf, count_per_peer, dtype,
+                               CHORUS_SUM, 0, NULL, -1};
+    return icoll_entry(comm, &call, req_p);
+}
+
+chorus_status_t chorus_ibarrier(chorus_comm_t comm, chorus_request_t *req_p)
+{
+    chorus_coll_call_t call = {CHORUS_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0,
+                               NULL, -1};
+    return icoll_entry(comm, &call, req_p);
 }

@@ -3,6 +3,7 @@
  * public accessors, abort, destroy, and the failure rule shared by every entry point.
  */
 #include "core/comm.h"
+#include "core/async.h"
 
 #include "core/gpu_coll.h"
 #include "core/hang.h"
@@ -74,11 +75,18 @@ chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t st
     return status;
 }
 
+void chorus__comm_quiesce(chorus_comm_t comm)
+{
+    if (comm->gpu != NULL) chorus__gpu_drain(comm);
+    if (comm->async != NULL) chorus__async_drain(comm);
+}
+
 chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname)
 {
-    /* Device work in flight runs on the proxy thread with the comm's internals: a host-side
-     * call waits for it, which also makes its errors this call's. */
-    if (comm->gpu != NULL) chorus__gpu_drain(comm);
+    /* Device work and nonblocking operations in flight run on other threads with the comm's
+     * internals: a host-side call waits for them, which also makes their errors this
+     * call's. */
+    chorus__comm_quiesce(comm);
     return chorus__comm_check_failed_async(comm, opname);
 }
 
@@ -529,6 +537,7 @@ static void core_log_ready(chorus_comm_t comm)
 /* Frees what a comm holds; works on a half-built one. */
 static void core_comm_free(chorus_comm_t comm)
 {
+    chorus__async_destroy(comm);
     if (comm->gpu != NULL) chorus__gpu_comm_destroy(comm);
     chorus__hang_unregister(comm);
     chorus__p2p_forget(comm);
@@ -690,8 +699,8 @@ chorus_status_t chorus_comm_set_timeout(chorus_comm_t comm, double seconds)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "rank %d: chorus_comm_set_timeout: %g seconds is not in 0..1e9",
                              comm->rank, seconds);
-    /* The proxy reads the timeout while it runs device work. */
-    if (comm->gpu != NULL) chorus__gpu_drain(comm);
+    /* The proxy and the progress thread read the timeout while they run. */
+    chorus__comm_quiesce(comm);
     comm->timeout_s = seconds;
     if (comm->arena != NULL) chorus__arena_set_timeout(comm->arena, seconds);
     return CHORUS_SUCCESS;

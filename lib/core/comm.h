@@ -104,6 +104,9 @@ struct chorus_comm {
     /* Device collectives (gpu_coll.c): the proxy thread and its queue, made at the first
      * call on device buffers; NULL before. */
     struct chorus_gpu_comm *gpu;
+    /* Nonblocking host operations (async.c): the queue and its progress thread, made at the
+     * first chorus_i* call; NULL before. */
+    struct chorus_async *async;
 };
 
 /* One collective call, as validated and run. */
@@ -146,8 +149,14 @@ chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t st
  * Host-side calls use it: it first waits for the comm's device work in flight. */
 chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname);
 
-/* The same without waiting for device work (calls that queue device work themselves). */
+/* The same without waiting for device work (calls that queue device work themselves,
+ * and the progress thread of nonblocking operations). */
 chorus_status_t chorus__comm_check_failed_async(chorus_comm_t comm, const char *opname);
+
+/* Waits until neither the device proxy nor the progress thread of nonblocking operations
+ * has work of comm in flight: the calling thread then has the comm's internals alone.
+ * Never from those threads. */
+void chorus__comm_quiesce(chorus_comm_t comm);
 
 /* Writes "<name> #<seq>" into buf (at least 64 bytes) with the comm's next sequence
  * number: the name of one operation in messages. Cheaper than snprintf on every call. */

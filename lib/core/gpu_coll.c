@@ -16,6 +16,7 @@
  */
 #include "core/gpu_coll.h"
 
+#include "core/async.h"
 #include "core/hang.h"
 #include "gpu/ipc_arena.h"
 
@@ -591,6 +592,9 @@ static chorus_status_t gpu_submit(chorus_comm_t comm, chorus_gpu_op_t *op, int d
     chorus_status_t status;
     int cur = -1;
 
+    /* Nonblocking host operations in flight use the comm on their own thread: they end
+     * first, so that every operation keeps its place in call order. */
+    if (comm->async != NULL) chorus__async_drain(comm);
     if (comm->gpu != NULL && device != comm->gpu->device)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "rank %d: %s: the buffers are on device %d, but this "

@@ -195,4 +195,9 @@ chorus_status_t chorus__gpu_direct_p2p(chorus_gpu_comm_t *g, const chorus_p2p_op
 chorus_status_t chorus__p2p_run_host(chorus_comm_t comm, const chorus_p2p_op_t *ops, size_t n,
                                      const char *what);
 
+/* p2p.c: runs n >= 1 validated host sends and receives together as one group, numbered in
+ * the comm's sequence like chorus_group_end's ("send #4" alone, else "group #4"): the
+ * batches of nonblocking sends and receives (async.c). */
+chorus_status_t chorus__p2p_run_batch(chorus_comm_t comm, const chorus_p2p_op_t *ops, size_t n);
+
 #endif

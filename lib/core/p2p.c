@@ -19,6 +19,7 @@
  * the same size, host or device, in a group or not.
  */
 #include "core/comm.h"
+#include "core/async.h"
 #include "core/gpu_coll.h"
 
 #include "kernels.h"
@@ -264,6 +265,66 @@ chorus_status_t chorus__p2p_run_host(chorus_comm_t comm, const chorus_p2p_op_t *
                                      const char *what)
 {
     return p2p_run(comm, ops, n, "group", what);
+}
+
+chorus_status_t chorus__p2p_run_batch(chorus_comm_t comm, const chorus_p2p_op_t *ops, size_t n)
+{
+    const char *name = n > 1 ? "group" : ops[0].is_send ? "send" : "recv";
+    return p2p_run(comm, ops, n, name, NULL);
+}
+
+/* The common path of chorus_isend and chorus_irecv: checked on the caller's thread, then
+ * added to the comm's open batch (async.h). */
+static chorus_status_t ip2p_entry(int is_send, const void *buf, size_t count,
+                                  chorus_dtype_t dtype, int peer, chorus_comm_t comm,
+                                  chorus_request_t *req_p)
+{
+    const char *name = is_send ? "isend" : "irecv";
+    chorus_status_t status;
+    p2p_op_t op;
+    int device = -1;
+
+    chorus__error_clear();
+    if (req_p == NULL)
+        return comm == NULL
+                   ? chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "%s: req_p is NULL", name)
+                   : chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: req_p is NULL",
+                                   comm->rank, name);
+    *req_p = NULL;
+    if (comm != NULL) chorus__log_set_rank(comm->rank);
+    status = chorus__validate_p2p(comm, name, buf, count, dtype, peer, NULL, &device);
+    if (status != CHORUS_SUCCESS) return status;
+    if (device >= 0)
+        return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                             "rank %d: %s to peer %d: the buffer is device memory: use %s with "
+                             "a stream, which is asynchronous already",
+                             comm->rank, name, peer, is_send ? "chorus_send" : "chorus_recv");
+    if (p2p_group.depth > 0)
+        return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                             "rank %d: %s to peer %d: nonblocking calls inside "
+                             "chorus_group_start/end are not supported (consecutive ones form "
+                             "a group already)",
+                             comm->rank, name, peer);
+    status = chorus__comm_check_failed_async(comm, name);
+    if (status != CHORUS_SUCCESS) return status;
+    op.is_send = is_send;
+    op.peer = peer;
+    op.addr = (uintptr_t)buf;
+    op.bytes = count * chorus_dtype_size(dtype);
+    if (op.bytes == 0) return chorus__async_done_request(comm, req_p);
+    return chorus__async_p2p(comm, &op, req_p);
+}
+
+chorus_status_t chorus_isend(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                             chorus_comm_t comm, chorus_request_t *req_p)
+{
+    return ip2p_entry(1, buf, count, dtype, peer, comm, req_p);
+}
+
+chorus_status_t chorus_irecv(void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                             chorus_comm_t comm, chorus_request_t *req_p)
+{
+    return ip2p_entry(0, buf, count, dtype, peer, comm, req_p);
 }
 
 chorus_status_t chorus_send(const void *buf, size_t count, chorus_dtype_t dtype, int peer,

@@ -143,8 +143,8 @@ static chorus_status_t select_query_args(chorus_comm_t comm, const char *fn, con
     if (comm == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
     chorus__log_set_rank(comm->rank);
-    /* The comm's device proxy consults the tuner too: let it finish first. */
-    chorus__gpu_drain(comm);
+    /* The comm's device proxy and progress thread consult the tuner too: let them finish. */
+    chorus__comm_quiesce(comm);
     if (collective == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: collective is NULL",
                              comm->rank, fn);

@@ -379,7 +379,7 @@ chorus_status_t chorus_tune_record(chorus_comm_t comm, const char *collective, s
     chorus__error_clear();
     if (comm == NULL) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
     chorus__log_set_rank(comm->rank);
-    chorus__gpu_drain(comm); /* the comm's device proxy reads the tuner's rules */
+    chorus__comm_quiesce(comm); /* the comm's device proxy and progress thread read the rules */
     if (collective == NULL || algorithm == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: %s is NULL",
                              comm->rank, fn, collective == NULL ? "collective" : "algorithm");
