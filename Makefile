@@ -280,10 +280,35 @@ $(BUILD)/tests/gpu_%: tests/gpu/%.c $(STATIC_LIB) $(wildcard tests/gpu/*.h tests
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC_LIB) $(LDLIBS)
 
-# DESTDIR stages (make deb); LIBDIR and INCLUDEDIR default under PREFIX.
+# DESTDIR stages (make deb); LIBDIR and INCLUDEDIR default under PREFIX. The Python package
+# goes to PYTHONDIR (Debian's dist-packages under PREFIX: PYTHONPATH=$PREFIX/lib/python3/
+# dist-packages for another prefix); INSTALL_PYTHON=0 leaves it out (make deb does).
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
+PYTHONDIR  ?= $(PREFIX)/lib/python3/dist-packages
+INSTALL_PYTHON ?= 1
+# ---- Python (issue 17): the chorus package and its torch.distributed backend ----
+# $(BUILD)/python holds the package as it runs from the build tree (PYTHONPATH=build/python):
+# python/chorus copied, _libpath.py naming this build's libchorus, and chorus/_torch_ext
+# (python/csrc, built with torch.utils.cpp_extension against Debian's libtorch-dev) where
+# configure found torch. Debian's interpreter, PYTHON (/usr/bin/python3), builds and runs it.
+PY_BUILD := $(BUILD)/python
+PY_SRCS  := $(sort $(wildcard python/chorus/*.py))
+PY_STAMP := $(PY_BUILD)/.built
+all: $(PY_STAMP)
+$(PY_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp) $(SHARED_LIB) \
+        $(SHARED_LINKS) include/chorus.h $(CONFIG)
+	@mkdir -p $(PY_BUILD)/chorus
+	cp $(PY_SRCS) $(PY_BUILD)/chorus/
+	echo 'LIBRARY = "$(abspath $(BUILD))/lib/$(SONAME)"' > $(PY_BUILD)/chorus/_libpath.py
+ifeq ($(HAVE_TORCH),1)
+	cd python && CHORUS_INCLUDE_DIR=$(abspath include) CHORUS_LIBRARY_DIR=$(abspath $(BUILD))/lib \
+	    $(PYTHON) setup.py -q build_ext --build-lib $(abspath $(PY_BUILD)) \
+	    --build-temp $(abspath $(BUILD))/python-tmp
+endif
+	touch $@
+
 install: all
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR)
 	install -m 644 include/chorus.h $(DESTDIR)$(INCLUDEDIR)/
@@ -295,6 +320,13 @@ install: all
 	    $(INCLUDEDIR)
 	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)/
 	if [ -f $(CUDA_PLUGIN) ]; then install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR)/; fi
+ifeq ($(INSTALL_PYTHON),1)
+	install -d $(DESTDIR)$(PYTHONDIR)/chorus
+	install -m 644 $(PY_SRCS) $(DESTDIR)$(PYTHONDIR)/chorus/
+	if ls $(PY_BUILD)/chorus/*.so >/dev/null 2>&1; then \
+	    install -m 755 $(PY_BUILD)/chorus/*.so $(DESTDIR)$(PYTHONDIR)/chorus/; fi
+	echo 'LIBRARY = "$(LIBDIR)/$(SONAME)"' > $(DESTDIR)$(PYTHONDIR)/chorus/_libpath.py
+endif
 
 # A Debian package of all of the above under /usr (tools/make-deb.sh): $(BUILD)/chorus_VERSION_ARCH.deb.
 .PHONY: deb

@@ -3,7 +3,7 @@
 # for a skip the reason. Ends with exactly "N passed, N failed, N skipped" and exits
 # non-zero if anything failed. A skip never counts as a pass.
 #
-#   BUILD=build sh tests/run_tests.sh [all|unit|mp|gpu|scripts] [--keep-logs]
+#   BUILD=build sh tests/run_tests.sh [all|unit|mp|gpu|python|scripts] [--keep-logs]
 #
 #   unit     every $BUILD/tests/test_* cmocka binary
 #   mp       the collective matrix (mp_coll_matrix) through chorusrun on 1, 2, 3, 4 and 8
@@ -11,6 +11,8 @@
 #            ucx (UCX_TLS=tcp and sm,self) on 2, 3 and 4 ranks when UCX is built in
 #   gpu      the matrix on device buffers (gpu_coll_matrix) on the fake GPU plugin, staging
 #            and CUDA IPC paths, 2 and 4 ranks; then on the real plugin (skips without a GPU)
+#   python   the chorus Python package on 1-4 ranks (numpy, torch tensors), the
+#            torch.distributed backend (env://, tcp://, file://) and DDP (tests/python)
 #   scripts  every tests/mp/*.sh (mpirun, torchrun-style launch, strangers)
 #            and tests/cluster/test_*.sh (hosts as network namespaces)
 #
@@ -23,9 +25,9 @@ WHAT=all
 KEEP=0
 for arg in "$@"; do
     case "$arg" in
-    all | unit | mp | gpu | scripts) WHAT=$arg ;;
+    all | unit | mp | gpu | python | scripts) WHAT=$arg ;;
     --keep-logs) KEEP=1 ;;
-    *) echo "usage: BUILD=dir sh tests/run_tests.sh [all|unit|mp|gpu|scripts] [--keep-logs]" >&2
+    *) echo "usage: BUILD=dir sh tests/run_tests.sh [all|unit|mp|gpu|python|scripts] [--keep-logs]" >&2
        exit 2 ;;
     esac
 done
@@ -378,12 +380,28 @@ run_scripts() {
     done
 }
 
+# ---- Python: the chorus package and the torch.distributed backend (issue 17) ----
+
+run_python() {
+    for n in 1 2 3 4; do
+        for kind in numpy torch; do
+            run_test "python/package $kind n=$n" sh tests/python/run.sh package "$kind" "$n"
+        done
+        run_test "python/torch env:// n=$n" sh tests/python/run.sh torch env "$n"
+    done
+    run_test "python/torch tcp:// n=2" sh tests/python/run.sh torch tcp 2
+    run_test "python/torch file:// n=2" sh tests/python/run.sh torch file 2
+    run_test "python/ddp chorus vs gloo vs one process, 50 steps" timeout -k 5 600 \
+        sh tests/python/test_ddp.sh
+}
+
 case "$WHAT" in
 unit) run_unit ;;
 mp) run_mp ;;
 scripts) run_scripts ;;
 gpu) run_gpu ;;
-all) run_unit; run_mp; run_gpu; run_scripts ;;
+python) run_python ;;
+all) run_unit; run_mp; run_gpu; run_python; run_scripts ;;
 esac
 
 if [ "$KEEP" -eq 1 ] || [ "$NFAIL" -gt 0 ]; then

@@ -63,6 +63,26 @@ else
     line cuda no "no nvcc at $CUDA_HOME/bin: no libchorus-cuda.so, device buffers unsupported"
 fi
 
+# Python (Debian's interpreter: another python3 may come first on PATH): the chorus package
+# needs numpy or torch for its tests; chorus.torch needs torch and its C++ headers.
+PYTHON=${PYTHON:-/usr/bin/python3}
+have_numpy= have_torch=
+if [ -x "$PYTHON" ] && "$PYTHON" -c 'import numpy' >/dev/null 2>&1; then
+    have_numpy=1
+    line numpy yes "$("$PYTHON" -c 'import numpy; print(numpy.__version__)'): the chorus Python package's tests"
+else
+    line numpy no "no tests of the chorus Python package on numpy (apt-get install python3-numpy)"
+fi
+if [ -x "$PYTHON" ] && "$PYTHON" -c 'import torch, torch.utils.cpp_extension' >/dev/null 2>&1 &&
+    [ -f /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ] ||
+    "$PYTHON" -c 'import torch, os, sys; sys.exit(not os.path.exists(os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc", "distributed", "c10d", "ProcessGroup.hpp")))' >/dev/null 2>&1
+then
+    have_torch=1
+    line torch yes "$("$PYTHON" -c 'import torch; print(torch.__version__)'): the torch.distributed backend (chorus.torch)"
+else
+    line torch no "no torch.distributed backend (apt-get install python3-torch libtorch-dev)"
+fi
+
 # Test and benchmark tools: not part of the library, reported so that their tests' skips
 # are no surprise.
 tool() { # NAME FOUND WHAT-WITH WHAT-WITHOUT
@@ -91,6 +111,9 @@ HAVE_UCX         := $have_UCX
 HAVE_IBV         := $have_IBV
 HAVE_HWLOC       := $have_HWLOC
 HAVE_NVCC        := $have_nvcc
+PYTHON           := $PYTHON
+HAVE_NUMPY       := $have_numpy
+HAVE_TORCH       := $have_torch
 CONFIG_CPPFLAGS  :=$(echo "$cppflags" | tr -s ' ')
 CONFIG_LIBS      := $(echo "$libs" | tr -s ' ')
 PC_REQUIRES_PRIVATE := $requires

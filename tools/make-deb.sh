@@ -21,8 +21,9 @@ rm -rf "$work"
 mkdir -p "$root/DEBIAN"
 
 # The same install as `make install`, staged.
+# Without the Python package: its torch backend would make every node depend on torch.
 make --no-print-directory -s install BUILD="$BUILD" DESTDIR="$(pwd)/$root" PREFIX=/usr \
-    LIBDIR="/usr/lib/$multiarch" >/dev/null
+    LIBDIR="/usr/lib/$multiarch" INSTALL_PYTHON=0 >/dev/null
 doc=$root/usr/share/doc/chorus
 mkdir -p "$doc/examples"
 install -m 644 README.md "$doc/"

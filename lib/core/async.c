@@ -55,7 +55,7 @@ typedef struct chorus_async {
     atomic_int inflight;     /* queued + running entries */
     async_op_t *batch;       /* the open send/recv batch, not yet queued */
     int sleeping;            /* the thread waits on `wake` */
-    int stop;
+    atomic_int stop;         /* set under the lock; read without it to stop spinning */
     pthread_t thread;
 } chorus_async_t;
 
@@ -143,6 +143,20 @@ static void batch_flush(chorus_async_t *as)
     as->batch = NULL;
 }
 
+/* One idle round of a wait that began at start, as the comm's policy says: spins, then
+ * yields; 1 once the spell is long enough to sleep instead. */
+static int idle_round(uint64_t start, const chorus_wait_policy_t *w)
+{
+    uint64_t idle = chorus__now_ns() - start;
+
+    if (idle < w->spin_ns) return 0;
+    if (idle < w->spin_ns + w->yield_ns) {
+        sched_yield();
+        return 0;
+    }
+    return 1;
+}
+
 /* Waits for work: spins, yields, then sleeps. Returns the next entry, or NULL once stop
  * is set and the queue is empty. */
 static async_op_t *queue_take(chorus_async_t *as)
@@ -151,7 +165,8 @@ static async_op_t *queue_take(chorus_async_t *as)
     async_op_t *op;
 
     for (;;) {
-        if (atomic_load_explicit(&as->nqueued, memory_order_acquire) > 0 || as->stop) {
+        if (atomic_load_explicit(&as->nqueued, memory_order_acquire) > 0 ||
+            atomic_load_explicit(&as->stop, memory_order_relaxed)) {
             pthread_mutex_lock(&as->lock);
             op = as->head;
             if (op != NULL) {
@@ -167,12 +182,7 @@ static async_op_t *queue_take(chorus_async_t *as)
             }
             pthread_mutex_unlock(&as->lock);
         }
-        uint64_t idle = chorus__now_ns() - start;
-        if (idle < as->wait.spin_ns) continue;
-        if (idle < as->wait.spin_ns + as->wait.yield_ns) {
-            sched_yield();
-            continue;
-        }
+        if (!idle_round(start, &as->wait)) continue;
         pthread_mutex_lock(&as->lock);
         as->sleeping = 1;
         while (as->head == NULL && !as->stop) pthread_cond_wait(&as->wake, &as->lock);
@@ -235,6 +245,7 @@ static chorus_status_t async_get(chorus_comm_t comm, chorus_async_t **as_p)
     as->comm = comm;
     as->wait = comm->wait;
     atomic_init(&as->nqueued, 0);
+    atomic_init(&as->stop, 0);
     atomic_init(&as->inflight, 0);
     pthread_mutex_init(&as->lock, NULL);
     pthread_cond_init(&as->wake, NULL);
@@ -357,12 +368,7 @@ chorus_status_t chorus_wait(chorus_request_t *req_p)
         uint64_t start = chorus__now_ns();
         async_kick(req);
         while (!request_done(req)) {
-            uint64_t idle = chorus__now_ns() - start;
-            if (idle < as->wait.spin_ns) continue;
-            if (idle < as->wait.spin_ns + as->wait.yield_ns) {
-                sched_yield();
-                continue;
-            }
+            if (!idle_round(start, &as->wait)) continue;
             pthread_mutex_lock(&as->lock);
             while (!request_done(req)) pthread_cond_wait(&as->done, &as->lock);
             pthread_mutex_unlock(&as->lock);
@@ -454,7 +460,7 @@ void chorus__async_destroy(chorus_comm_t comm)
         chorus_comm_abort(comm);
         pthread_mutex_lock(&as->lock);
     }
-    as->stop = 1;
+    atomic_store(&as->stop, 1);
     pthread_cond_signal(&as->wake);
     pthread_mutex_unlock(&as->lock);
     pthread_join(as->thread, NULL);

@@ -6,6 +6,7 @@
 #
 #   prefix          make install to a temporary prefix; the examples through pkg-config
 #                   (shared, --static) and CMake; the build tree (tests/install/test_prefix.sh)
+#   python          the Python package by make install and by pip install (offline)
 #   deb             make deb, dpkg -i, the examples against the package, dpkg -r
 #   readme          every command block of README.md, verbatim (tests/readme/test_readme.sh)
 #   fresh-machine   the optional -dev packages removed, both orders of the quick start on
@@ -39,6 +40,7 @@ step() {
 }
 export BUILD
 step prefix sh tests/install/test_prefix.sh
+step python sh tests/install/test_python_install.sh
 step deb sh tests/install/test_deb.sh
 if [ "$CI_MODE" -eq 1 ]; then
     step readme sh tests/readme/test_readme.sh --in-place --quickstart-done

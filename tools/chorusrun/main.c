@@ -14,8 +14,10 @@
 #include "hang.h"
 #include "relay.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
@@ -48,6 +50,7 @@ typedef struct {
     double timeout_s; /* 0: no timeout */
     double grace_s;   /* between SIGTERM and SIGKILL */
     int hang_signal;  /* --hang-report: SIGUSR1 to every rank at the first timeout */
+    int torch_env;    /* --torch-env: also torchrun's variables (RANK, MASTER_PORT, ...) */
     char **argv;      /* the program and its arguments, NULL-terminated */
 } options_t;
 
@@ -121,6 +124,10 @@ static void usage(FILE *out)
             "  -x VAR=VALUE        set an environment variable for all ranks (repeatable)\n"
             "      --hang-report   at the first timeout, ask every rank for its state\n"
             "                      (SIGUSR1; sets CHORUS_HANG_REPORT=2 for the ranks)\n"
+            "      --torch-env     also set what torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+            "                      LOCAL_WORLD_SIZE, and MASTER_ADDR=127.0.0.1 and a free\n"
+            "                      MASTER_PORT unless given), for env:// init of\n"
+            "                      torch.distributed\n"
             "  -h, --help          this help\n"
             "  -V, --version       print the version of the Chorus library\n"
             "\n"
@@ -176,6 +183,7 @@ static int parse_options(int argc, char **argv, options_t *opt)
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {"hang-report", no_argument, NULL, 'H'},
+        {"torch-env", no_argument, NULL, 'T'},
         {NULL, 0, NULL, 0},
     };
     char *end;
@@ -199,6 +207,7 @@ static int parse_options(int argc, char **argv, options_t *opt)
             opt->nranks = (int)n;
             break;
         case 'q': opt->prefix = 0; break;
+        case 'T': opt->torch_env = 1; break;
         case 'H':
             opt->hang_signal = 1;
             if (setenv("CHORUS_HANG_REPORT", "2", 1) != 0) return -1;
@@ -261,14 +270,42 @@ static char *find_program(const char *prog)
     return NULL;
 }
 
-static int is_rank_variable(const char *entry)
+static int is_rank_variable(const char *entry, int torch_env)
 {
     static const char *const names[] = {"CHORUS_UNIQUE_ID=", "CHORUS_RANK=", "CHORUS_WORLD_SIZE=",
-                                        "CHORUS_LOCAL_RANK=", "CHORUS_LOCAL_SIZE="};
+                                        "CHORUS_LOCAL_RANK=", "CHORUS_LOCAL_SIZE=", "RANK=",
+                                        "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE="};
+    size_t n = sizeof(names) / sizeof(names[0]) - (torch_env ? 0 : 4);
 
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    for (size_t i = 0; i < n; i++)
         if (strncmp(entry, names[i], strlen(names[i])) == 0) return 1;
     return 0;
+}
+
+/* --torch-env: MASTER_ADDR and a free MASTER_PORT on loopback in chorusrun's own
+ * environment (inherited by every rank), unless the caller set them. */
+static int set_torch_master(void)
+{
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    char port[16];
+    int fd;
+
+    if (getenv("MASTER_ADDR") == NULL && setenv("MASTER_ADDR", "127.0.0.1", 1) != 0) return -1;
+    if (getenv("MASTER_PORT") != NULL) return 0;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+        say("--torch-env: cannot find a free port: %s", strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    snprintf(port, sizeof(port), "%u", (unsigned)ntohs(a.sin_port));
+    return setenv("MASTER_PORT", port, 1);
 }
 
 static char *format_entry(const char *name, long value)
@@ -279,15 +316,16 @@ static char *format_entry(const char *name, long value)
     return strdup(text);
 }
 
-/* The number of entries build_env() allocates itself, at the start of the array. */
-#define ENV_OWNED 4
+/* The most entries build_env() allocates itself, at the start of the array: Chorus's four,
+ * and torchrun's four with --torch-env. */
+#define ENV_OWNED 8
 
 /* Frees an environment made by build_env(): its own entries and the array, not the
  * entries borrowed from environ or the id entry. */
-static void free_env(char **env)
+static void free_env(char **env, size_t owned)
 {
     if (env == NULL) return;
-    for (size_t i = 0; i < ENV_OWNED; i++)
+    for (size_t i = 0; i < owned; i++)
         free(env[i]);
     free(env);
 }
@@ -295,9 +333,9 @@ static void free_env(char **env)
 /* The environment of one rank: this rank's variables first, then chorusrun's own less any
  * inherited rank variables. Built before the fork and freed by the caller after it (the
  * child has exec'd with its copy by then). */
-static char **build_env(int rank, int nranks, const char *id_entry)
+static char **build_env(int rank, int nranks, const char *id_entry, int torch_env)
 {
-    size_t count = 0, n = ENV_OWNED;
+    size_t count = 0, owned = torch_env ? 8 : 4, n = owned;
     char **env;
 
     while (environ[count] != NULL)
@@ -308,15 +346,21 @@ static char **build_env(int rank, int nranks, const char *id_entry)
     env[1] = format_entry("CHORUS_WORLD_SIZE", nranks);
     env[2] = format_entry("CHORUS_LOCAL_RANK", rank);
     env[3] = format_entry("CHORUS_LOCAL_SIZE", nranks);
-    for (size_t i = 0; i < ENV_OWNED; i++) {
+    if (torch_env) {
+        env[4] = format_entry("RANK", rank);
+        env[5] = format_entry("WORLD_SIZE", nranks);
+        env[6] = format_entry("LOCAL_RANK", rank);
+        env[7] = format_entry("LOCAL_WORLD_SIZE", nranks);
+    }
+    for (size_t i = 0; i < owned; i++) {
         if (env[i] == NULL) {
-            free_env(env); /* calloc left the entries not yet made NULL */
+            free_env(env, owned); /* calloc left the entries not yet made NULL */
             return NULL;
         }
     }
     env[n++] = (char *)id_entry;
     for (size_t i = 0; i < count; i++)
-        if (!is_rank_variable(environ[i])) env[n++] = environ[i];
+        if (!is_rank_variable(environ[i], torch_env)) env[n++] = environ[i];
     env[n] = NULL;
     return env;
 }
@@ -638,7 +682,7 @@ static int start_ranks(run_t *run, const char *path, const char *id_entry, const
         return -1;
     }
     for (int r = 0; r < run->opt.nranks; r++) {
-        char **envp = build_env(r, run->opt.nranks, id_entry);
+        char **envp = build_env(r, run->opt.nranks, id_entry, run->opt.torch_env);
         /* Rank 0 may read a redirected stdin; a terminal stays with chorusrun, since the
          * ranks run in their own process groups and would stop on reading it. */
         int stdin_fd = (r == 0 && !isatty(STDIN_FILENO)) ? STDIN_FILENO : devnull;
@@ -649,7 +693,7 @@ static int start_ranks(run_t *run, const char *path, const char *id_entry, const
         }
         int rc = spawn_rank(run, r, path, envp, stdin_fd, mask);
         /* The child has its own copy of the environment (or has exec'd with it). */
-        free_env(envp);
+        free_env(envp, run->opt.torch_env ? 8 : 4);
         if (rc != 0) {
             close(devnull);
             return -1;
@@ -670,6 +714,7 @@ int main(int argc, char **argv)
     memset(&run, 0, sizeof(run));
     run.exit_code = -1;
     if (parse_options(argc, argv, &run.opt) != 0) return EXIT_USAGE;
+    if (run.opt.torch_env && set_torch_master() != 0) return 1;
     if (hang_init(run.opt.nranks) != 0) {
         say("out of memory");
         return 1;

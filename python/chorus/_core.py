@@ -1,0 +1,333 @@
+"""Communicators, collectives and requests over libchorus (see the package docstring)."""
+
+import ctypes
+
+from . import _lib
+from ._lib import lib
+
+# chorus_status_t
+SUCCESS = 0
+STATUS_NAMES = {
+    -1: "INVALID_ARGUMENT",
+    -2: "SYSTEM",
+    -3: "REMOTE",
+    -4: "TIMEOUT",
+    -5: "MISMATCH",
+    -6: "ABORTED",
+    -7: "UNSUPPORTED",
+    -8: "AUTH",
+    -9: "NO_MEMORY",
+    -10: "INTERNAL",
+}
+
+# chorus_dtype_t, by the names numpy and torch use.
+DTYPES = {
+    "int8": 0,
+    "uint8": 1,
+    "int32": 2,
+    "uint32": 3,
+    "int64": 4,
+    "uint64": 5,
+    "float16": 6,
+    "bfloat16": 7,
+    "float32": 8,
+    "float64": 9,
+}
+OPS = {"sum": 0, "prod": 1, "product": 1, "min": 2, "max": 3, "avg": 4, "mean": 4}
+
+
+class ChorusError(RuntimeError):
+    """A Chorus call failed.
+
+    ``status`` is the C status code (negative), ``status_name`` its name ("TIMEOUT",
+    "MISMATCH", ...), and ``message`` Chorus's message, which names the rank, the peer and
+    the operation.
+    """
+
+    def __init__(self, status, message):
+        self.status = status
+        self.status_name = STATUS_NAMES.get(status, str(status))
+        self.message = message
+        super().__init__(f"{self.status_name.lower().replace('_', ' ')}: {message}")
+
+
+def _check(status):
+    if status != SUCCESS:
+        raise ChorusError(status, lib.chorus_last_error().decode(errors="replace"))
+
+
+def build_info():
+    """What the loaded libchorus was built with ("chorus 0.1.0: ucx yes, ...")."""
+    return lib.chorus_build_info().decode()
+
+
+# ---- Buffers: numpy arrays and CPU torch tensors, never copied ----
+
+
+def _dtype_name(buf):
+    dt = buf.dtype
+    name = str(dt)
+    if name.startswith("torch."):
+        name = name[len("torch."):]
+        name = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
+                "long": "int64"}.get(name, name)
+    return name
+
+
+def _view(buf, what, writable):
+    """(address, number of elements, chorus dtype) of a contiguous numpy array or CPU tensor.
+
+    Nothing is copied: a buffer that is not contiguous, or not on the CPU, is refused with a
+    ValueError that says so (call .contiguous() / np.ascontiguousarray first).
+    """
+    if buf is None:
+        return None, 0, None
+    name = _dtype_name(buf)
+    if name not in DTYPES:
+        raise TypeError(f"chorus: {what}: dtype {buf.dtype} is not supported "
+                        f"(supported: {', '.join(DTYPES)})")
+    if hasattr(buf, "data_ptr"):  # torch.Tensor
+        if buf.device.type != "cpu":
+            raise ValueError(f"chorus: {what}: a {buf.device.type} tensor; the Python binding "
+                             "takes CPU tensors (use chorus.torch for device tensors)")
+        if not buf.is_contiguous():
+            raise ValueError(f"chorus: {what}: the tensor is not contiguous (call .contiguous())")
+        return buf.data_ptr(), buf.numel(), DTYPES[name]
+    iface = getattr(buf, "__array_interface__", None)
+    if iface is None:
+        raise TypeError(f"chorus: {what}: expected a numpy array or a torch tensor, "
+                        f"got {type(buf).__name__}")
+    if not buf.flags["C_CONTIGUOUS"]:
+        raise ValueError(f"chorus: {what}: the array is not C-contiguous "
+                         "(use numpy.ascontiguousarray)")
+    if writable and not buf.flags["WRITEABLE"]:
+        raise ValueError(f"chorus: {what}: the array is read-only")
+    return iface["data"][0], buf.size, DTYPES[name]
+
+
+def _op(op):
+    if isinstance(op, int):
+        return op
+    try:
+        return OPS[str(op).lower()]
+    except KeyError:
+        raise ValueError(f"chorus: unknown op {op!r} (sum, prod, min, max, avg)") from None
+
+
+class Request:
+    """An operation in flight, from a collective called with ``async_op=True``.
+
+    ``wait()`` blocks until it is complete and raises ChorusError if it failed;
+    ``is_completed()`` never blocks. The buffers must not be touched before completion;
+    the request keeps them alive until then.
+    """
+
+    def __init__(self, handle, keep, result=None):
+        self._h = handle
+        self._keep = keep
+        self._result = result
+        self._error = None
+
+    def _finish(self, status):
+        self._h = None
+        self._keep = None
+        if status != SUCCESS:
+            self._error = ChorusError(status, lib.chorus_last_error().decode(errors="replace"))
+
+    def wait(self):
+        """Waits for completion; returns the result buffer (or None), raises on failure."""
+        if self._h is not None:
+            self._finish(lib.chorus_wait(ctypes.byref(self._h)))
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def is_completed(self):
+        """True once the operation is over (successfully or not: wait() then says which)."""
+        if self._h is None:
+            return True
+        done = ctypes.c_int(0)
+        status = lib.chorus_test(ctypes.byref(self._h), ctypes.byref(done))
+        if done.value:
+            self._finish(status)
+            return True
+        return False
+
+    def __del__(self):
+        # An abandoned request still runs to completion in the library.
+        if getattr(self, "_h", None) is not None and lib is not None:
+            lib.chorus_request_free(ctypes.byref(self._h))
+            self._h = None
+
+
+class Comm:
+    """A Chorus communicator.
+
+    Make one with ``Comm.from_env()`` under a launcher (chorusrun, torchrun's env://
+    variables, mpirun, srun), or ``Comm(nranks, unique_id, rank)`` with an id made by
+    ``unique_id()`` on one process and passed to all. Use it as a context manager, or call
+    ``destroy()``.
+
+    Every collective takes numpy arrays or CPU torch tensors (contiguous; never copied) and
+    works in place when ``recv`` is omitted where that makes sense. With ``async_op=True`` it
+    returns a Request at once; otherwise it blocks and returns the result buffer.
+    """
+
+    def __init__(self, nranks=None, uid=None, rank=None, _handle=None):
+        self._h = _lib.c_comm()
+        if _handle is not None:
+            self._h = _handle
+        else:
+            if uid is None or nranks is None or rank is None:
+                raise ValueError("chorus: Comm(nranks, unique_id, rank), or Comm.from_env()")
+            raw = _lib.UniqueId()
+            data = bytes(uid)
+            if len(data) != ctypes.sizeof(raw):
+                raise ValueError(f"chorus: a unique id is {ctypes.sizeof(raw)} bytes, "
+                                 f"not {len(data)}")
+            ctypes.memmove(ctypes.byref(raw), data, len(data))
+            _check(lib.chorus_comm_init(ctypes.byref(self._h), int(nranks), ctypes.byref(raw),
+                                        int(rank)))
+        r, n = ctypes.c_int(), ctypes.c_int()
+        _check(lib.chorus_comm_rank(self._h, ctypes.byref(r)))
+        _check(lib.chorus_comm_size(self._h, ctypes.byref(n)))
+        self.rank, self.size = r.value, n.value
+
+    @classmethod
+    def from_env(cls):
+        """Joins the job described by the launcher's environment (chorus_comm_init_env)."""
+        h = _lib.c_comm()
+        _check(lib.chorus_comm_init_env(ctypes.byref(h)))
+        return cls(_handle=h)
+
+    @staticmethod
+    def unique_id():
+        """A new unique id (bytes; it holds the job's secret), served by this process."""
+        raw = _lib.UniqueId()
+        _check(lib.chorus_get_unique_id(ctypes.byref(raw)))
+        return ctypes.string_at(ctypes.byref(raw), ctypes.sizeof(raw))
+
+    def _handle(self):
+        if not self._h:
+            raise ChorusError(-1, "the communicator was destroyed")
+        return self._h
+
+    def split(self, color, key=0):
+        """Collective: ranks with the same color form a new Comm (None for color < 0)."""
+        h = _lib.c_comm()
+        _check(lib.chorus_comm_split(self._handle(), int(color), int(key), ctypes.byref(h)))
+        return Comm(_handle=h) if h else None
+
+    def set_timeout(self, seconds):
+        """Deadline of every wait inside this communicator's operations (0: none)."""
+        _check(lib.chorus_comm_set_timeout(self._handle(), float(seconds)))
+
+    def abort(self):
+        """Fails every operation in flight with ABORTED; may be called from any thread."""
+        _check(lib.chorus_comm_abort(self._handle()))
+
+    def destroy(self):
+        """Frees the communicator (local; operations in flight end with ABORTED)."""
+        if self._h:
+            lib.chorus_comm_destroy(self._h)
+            self._h = _lib.c_comm()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+        return False
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:
+            pass
+
+    # ---- calls ----
+
+    def _call(self, async_op, keep, result, blocking, nonblocking, *args):
+        if async_op:
+            req = _lib.c_req()
+            _check(nonblocking(*args, self._handle(), ctypes.byref(req)))
+            return Request(req, keep, result)
+        _check(blocking(*args, self._handle(), None))
+        return result
+
+    def allreduce(self, send, recv=None, op="sum", async_op=False):
+        """recv = op over ranks of send (in place without recv)."""
+        recv = send if recv is None else recv
+        s, n, dt = _view(send, "allreduce send", False)
+        r, rn, rdt = _view(recv, "allreduce recv", True)
+        if rn != n or rdt != dt:
+            raise ValueError("chorus: allreduce: send and recv differ in size or dtype")
+        return self._call(async_op, (send, recv), recv, lib.chorus_allreduce,
+                          lib.chorus_iallreduce, s, r, n, dt, _op(op))
+
+    def allgather(self, send, recv, async_op=False):
+        """recv (size x send's elements) = every rank's send, in rank order."""
+        s, n, dt = _view(send, "allgather send", False)
+        r, rn, rdt = _view(recv, "allgather recv", True)
+        if rn != n * self.size or rdt != dt:
+            raise ValueError(f"chorus: allgather: recv must hold {self.size} x {n} elements "
+                             "of send's dtype")
+        return self._call(async_op, (send, recv), recv, lib.chorus_allgather,
+                          lib.chorus_iallgather, s, r, n, dt)
+
+    def reduce_scatter(self, send, recv, op="sum", async_op=False):
+        """recv = op over ranks of this rank's block of send (size x recv's elements)."""
+        s, n, dt = _view(send, "reduce_scatter send", False)
+        r, rn, rdt = _view(recv, "reduce_scatter recv", True)
+        if n != rn * self.size or rdt != dt:
+            raise ValueError(f"chorus: reduce_scatter: send must hold {self.size} x {rn} "
+                             "elements of recv's dtype")
+        return self._call(async_op, (send, recv), recv, lib.chorus_reduce_scatter,
+                          lib.chorus_ireduce_scatter, s, r, rn, dt, _op(op))
+
+    def broadcast(self, buf, root=0, async_op=False):
+        """buf = root's buf on every rank (in place)."""
+        b, n, dt = _view(buf, "broadcast buf", True)
+        return self._call(async_op, (buf,), buf, lib.chorus_broadcast, lib.chorus_ibroadcast,
+                          b, b, n, dt, int(root))
+
+    def reduce(self, send, recv=None, op="sum", root=0, async_op=False):
+        """On root, recv = op over ranks of send (in place without recv)."""
+        recv = send if recv is None else recv
+        s, n, dt = _view(send, "reduce send", False)
+        r, rn, rdt = _view(recv, "reduce recv", True)
+        if rn != n or rdt != dt:
+            raise ValueError("chorus: reduce: send and recv differ in size or dtype")
+        return self._call(async_op, (send, recv), recv, lib.chorus_reduce, lib.chorus_ireduce,
+                          s, r, n, dt, _op(op), int(root))
+
+    def alltoall(self, send, recv, async_op=False):
+        """recv's block r = rank r's block for this rank; both hold size equal blocks."""
+        s, n, dt = _view(send, "alltoall send", False)
+        r, rn, rdt = _view(recv, "alltoall recv", True)
+        if rn != n or rdt != dt or n % self.size != 0:
+            raise ValueError(f"chorus: alltoall: send and recv must hold the same number of "
+                             f"elements, a multiple of {self.size}")
+        return self._call(async_op, (send, recv), recv, lib.chorus_alltoall,
+                          lib.chorus_ialltoall, s, r, n // self.size, dt)
+
+    def send(self, buf, peer, async_op=False):
+        """Sends buf to peer (one message)."""
+        b, n, dt = _view(buf, "send buf", False)
+        return self._call(async_op, (buf,), None, lib.chorus_send, lib.chorus_isend, b, n, dt,
+                          int(peer))
+
+    def recv(self, buf, peer, async_op=False):
+        """Receives one message from peer into buf (same size as sent)."""
+        b, n, dt = _view(buf, "recv buf", True)
+        return self._call(async_op, (buf,), buf, lib.chorus_recv, lib.chorus_irecv, b, n, dt,
+                          int(peer))
+
+    def barrier(self, async_op=False):
+        """Returns once every rank has entered the barrier."""
+        if async_op:
+            req = _lib.c_req()
+            _check(lib.chorus_ibarrier(self._handle(), ctypes.byref(req)))
+            return Request(req, None)
+        _check(lib.chorus_barrier(self._handle()))
+        return None

@@ -1,0 +1,52 @@
+#!/bin/sh
+# The Python package and the torch.distributed backend (issue 17), one line each like
+# tests/run_tests.sh (which calls this for its "python" part):
+#
+#   BUILD=build sh tests/python/run.sh [package|torch|ddp]...
+#
+# package  tests/python/test_package.py on 1-4 ranks under chorusrun, on numpy arrays and on
+#          CPU torch tensors
+# torch    tests/python/test_torch_backend.py on 1-4 ranks with env:// variables as torchrun
+#          sets them (chorusrun --torch-env), and on 2 ranks with tcp:// and file:// init
+# ddp      examples/torch/ddp_train.py: 50 steps of DDP with chorus, with gloo, and one
+#          process on the whole batch; the weights compared (tests/python/test_ddp.sh)
+#
+# Debian's interpreter runs it all (PYTHON, default /usr/bin/python3: the python3 first on
+# PATH may be another, without Debian's torch). A part whose packages are missing prints
+# "SKIP ... skipped: <reason>" (exit 77 for the caller), never a pass.
+set -u
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+RUN="$BUILD/bin/chorusrun"
+export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+export CHORUS_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+unset CHORUS_TRANSPORT CHORUS_ALGO RANK WORLD_SIZE MASTER_ADDR MASTER_PORT 2>/dev/null
+have() { grep -q "^HAVE_$1 *:= *1" "$BUILD/config.mk" 2>/dev/null; }
+"$PYTHON" -c 'import chorus' 2>/dev/null || {
+    echo "FAIL: $PYTHON cannot import chorus from $BUILD/python (run make)"; exit 1; }
+case "${1:-}" in
+package)
+    kind=$2 n=$3
+    if [ "$kind" = numpy ] && ! have NUMPY; then
+        echo "skipped: no numpy for $PYTHON (apt-get install python3-numpy)"; exit 77; fi
+    if [ "$kind" = torch ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+        echo "skipped: no torch for $PYTHON (apt-get install python3-torch)"; exit 77; fi
+    exec "$RUN" -n "$n" --timeout 300 -- "$PYTHON" tests/python/test_package.py "$kind"
+    ;;
+torch)
+    how=$2 n=$3
+    have TORCH || { echo "skipped: built without the torch backend (apt-get install python3-torch libtorch-dev)"; exit 77; }
+    if [ "$how" = file ]; then
+        f=$(mktemp -u "${TMPDIR:-/tmp}/chorus-torch-file.XXXXXX")
+        "$RUN" -n "$n" --torch-env --timeout 400 -- "$PYTHON" tests/python/test_torch_backend.py file "$f"
+        rc=$?
+        rm -f "$f"
+        exit $rc
+    fi
+    exec "$RUN" -n "$n" --torch-env --timeout 400 -- "$PYTHON" tests/python/test_torch_backend.py "$how"
+    ;;
+*)
+    echo "usage: BUILD=dir sh tests/python/run.sh package numpy|torch N | torch env|tcp|file N" >&2
+    exit 2
+    ;;
+esac

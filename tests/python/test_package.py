@@ -1,0 +1,232 @@
+"""The chorus Python package on every rank of a chorusrun job (tests/python/run.sh):
+
+    chorusrun -n N -- /usr/bin/python3 tests/python/test_package.py [numpy|torch]
+
+Every collective x dtype x op on numpy arrays (or CPU torch tensors), blocking and with
+async_op=True, checked exactly: the values are small integers, so every sum, product, min,
+max and average is exact in every dtype and in any reduction order, and every rank must end
+with the same bytes. Then send/recv, split, errors raised as ChorusError with Chorus's
+message, argument errors (non-contiguous, read-only, sizes), and abort of a request in
+flight. Prints "N passed, 0 failed" per rank; exit 1 on any failure.
+"""
+
+import sys
+import threading
+import time
+
+import chorus
+
+KIND = sys.argv[1] if len(sys.argv) > 1 else "numpy"
+if KIND == "torch":
+    import torch
+else:
+    import numpy as np
+
+PASSED = 0
+FAILED = 0
+
+
+def check(cond, what):
+    global PASSED, FAILED
+    if cond:
+        PASSED += 1
+    else:
+        FAILED += 1
+        print(f"FAIL rank {comm.rank}: {what}", flush=True)
+
+
+DTYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16",
+          "float32", "float64"]
+if KIND == "torch":
+    # torch has no uint32/uint64 tensors.
+    DTYPES = [d for d in DTYPES if d not in ("uint32", "uint64")]
+else:
+    DTYPES = [d for d in DTYPES if d != "bfloat16"]  # numpy has no bfloat16
+
+
+def arr(values, dtype):
+    if KIND == "torch":
+        return torch.tensor(values, dtype=getattr(torch, dtype))
+    return np.array(values, dtype=dtype)
+
+
+def tolist(a):
+    return [float(v) for v in (a.tolist() if KIND == "torch" else list(a))]
+
+
+def value(rank, i):
+    # 1..3: sums and products of up to 4 ranks stay exact in int8 and float16.
+    return 1 + (rank * 7 + i * 3) % 3
+
+
+def expect(op, i, n):
+    vals = [value(r, i) for r in range(n)]
+    if op == "sum":
+        return float(sum(vals))
+    if op == "prod":
+        p = 1
+        for v in vals:
+            p *= v
+        return float(p)
+    if op == "min":
+        return float(min(vals))
+    if op == "max":
+        return float(max(vals))
+    return float(int(sum(vals) / n)) if not is_float_dt else sum(vals) / n
+
+
+def same_everywhere(buf, what):
+    """Every rank holds the same bytes (compared through an allgather of the bytes)."""
+    if KIND == "torch":
+        raw = buf.contiguous().view(torch.uint8).clone()
+        allb = torch.zeros(raw.numel() * comm.size, dtype=torch.uint8)
+    else:
+        raw = np.frombuffer(np.ascontiguousarray(buf).tobytes(), dtype=np.uint8).copy()
+        allb = np.zeros(raw.size * comm.size, dtype=np.uint8)
+    comm.allgather(raw, allb)
+    m = len(raw)
+    first = tolist(allb[:m])
+    check(all(tolist(allb[r * m:(r + 1) * m]) == first for r in range(comm.size)),
+          f"{what}: ranks hold different bytes")
+
+
+def close(a, b, dtype):
+    if dtype in ("float16", "bfloat16"):
+        return abs(a - b) <= 1e-2 * max(1.0, abs(b))
+    if dtype in ("float32", "float64"):
+        return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+    return a == b
+
+
+comm = chorus.Comm.from_env()
+n, rank = comm.size, comm.rank
+N = 37
+
+for dtype in DTYPES:
+    is_float_dt = dtype.startswith("float") or dtype == "bfloat16"
+    for op in ["sum", "prod", "min", "max", "avg"]:
+        for async_op in (False, True):
+            x = arr([value(rank, i) for i in range(N)], dtype)
+            res = comm.allreduce(x, op=op, async_op=async_op)
+            if async_op:
+                check(isinstance(res, chorus.Request), "async_op returns a Request")
+                res = res.wait()
+                check(res is x, "the request's result is the buffer")
+            got = tolist(x)
+            want = [expect(op, i, n) for i in range(N)]
+            check(all(close(g, w, dtype) for g, w in zip(got, want)),
+                  f"allreduce {dtype} {op} async={async_op}: {got[:4]} want {want[:4]}")
+            same_everywhere(x, f"allreduce {dtype} {op}")
+    # allgather, reduce_scatter, broadcast, reduce, alltoall
+    x = arr([value(rank, i) for i in range(N)], dtype)
+    out = arr([0] * (N * n), dtype)
+    comm.allgather(x, out)
+    check(tolist(out) == [float(value(r, i)) for r in range(n) for i in range(N)],
+          f"allgather {dtype}")
+    big = arr([value(rank, i) for i in range(N * n)], dtype)
+    rs = arr([0] * N, dtype)
+    req = comm.reduce_scatter(big, rs, op="max", async_op=True)
+    req.wait()
+    check(tolist(rs) == [float(max(value(r, rank * N + i) for r in range(n))) for i in range(N)],
+          f"reduce_scatter {dtype} max")
+    b = arr([value(n - 1, i) if rank == n - 1 else 0 for i in range(N)], dtype)
+    comm.broadcast(b, root=n - 1)
+    check(tolist(b) == [float(value(n - 1, i)) for i in range(N)], f"broadcast {dtype}")
+    red = arr([value(rank, i) for i in range(N)], dtype)
+    comm.reduce(red, op="min", root=0)
+    if rank == 0:
+        check(tolist(red) == [float(min(value(r, i) for r in range(n))) for i in range(N)],
+              f"reduce {dtype} min")
+    a_in = arr([(rank * n + j) % 100 for j in range(n) for _ in range(3)], dtype)
+    a_out = arr([0] * (3 * n), dtype)
+    comm.alltoall(a_in, a_out, async_op=True).wait()
+    check(tolist(a_out) == [float((r * n + rank) % 100) for r in range(n) for _ in range(3)],
+          f"alltoall {dtype}")
+
+# send/recv around the ring, async, both orders
+right, left = (rank + 1) % n, (rank - 1) % n
+if n > 1:
+    s = arr([rank * 10 + i for i in range(8)], "int32")
+    r_ = arr([0] * 8, "int32")
+    reqs = [comm.recv(r_, left, async_op=True), comm.send(s, right, async_op=True)]
+    for q in reqs:
+        q.wait()
+    check(tolist(r_) == [float(left * 10 + i) for i in range(8)], "send/recv ring")
+comm.barrier()
+comm.barrier(async_op=True).wait()
+
+# split: even and odd ranks
+sub = comm.split(rank % 2, key=rank)
+check(sub.size == (n + 1 - rank % 2) // 2, f"split size {sub.size}")
+y = arr([1], "int32")
+sub.allreduce(y)
+check(tolist(y) == [float(sub.size)], "allreduce on the split comm")
+sub.destroy()
+
+# Argument errors are exceptions, before anything is started.
+def raises(fn, exc, what):
+    try:
+        fn()
+    except exc:
+        check(True, what)
+        return
+    except Exception as e:  # noqa: BLE001
+        check(False, f"{what}: raised {type(e).__name__}: {e}")
+        return
+    check(False, f"{what}: no exception")
+
+
+m = arr(list(range(16)), "float32")
+if KIND == "torch":
+    raises(lambda: comm.allreduce(m.view(4, 4).t()), ValueError, "non-contiguous refused")
+    raises(lambda: comm.allreduce(torch.zeros(2, dtype=torch.bool)), TypeError, "bool refused")
+else:
+    raises(lambda: comm.allreduce(m[::2]), ValueError, "non-contiguous refused")
+    ro = np.zeros(4, dtype=np.float32)
+    ro.flags.writeable = False
+    raises(lambda: comm.allreduce(ro), ValueError, "read-only refused")
+    raises(lambda: comm.allreduce(np.zeros(2, dtype=np.complex64)), TypeError, "complex refused")
+raises(lambda: comm.allgather(arr([1], "int32"), arr([0] * (n + 1), "int32")), ValueError,
+       "allgather size")
+raises(lambda: comm.send(arr([1], "int32"), n + 5), chorus.ChorusError, "peer out of range")
+try:
+    comm.send(arr([1], "int32"), n + 5)
+except chorus.ChorusError as e:
+    check(e.status_name == "INVALID_ARGUMENT" and f"rank {rank}" in e.message and "peer" in e.message,
+          f"the error names the rank and the peer: {e}")
+
+# A mismatch in flight fails the request with Chorus's message, and the comm after it.
+if n > 1:
+    c2 = comm.split(0, key=rank)
+    c2.set_timeout(20)
+    z = arr([1] * (5 if rank == 0 else 6), "int32")
+    req = c2.allreduce(z, async_op=True)
+    try:
+        req.wait()
+        check(False, "a mismatched allreduce succeeded")
+    except chorus.ChorusError as e:
+        check(e.status_name in ("MISMATCH", "REMOTE") and "allreduce" in e.message,
+              f"mismatch raised with the message: {e}")
+    check(req.is_completed(), "a failed request is completed")
+    c2.destroy()
+
+    # Abort ends a request in flight: rank 0 alone calls, another thread aborts.
+    c3 = comm.split(0, key=rank)
+    if rank == 0:
+        w = arr([1] * 1000, "float32")
+        req = c3.allreduce(w, async_op=True)
+        threading.Timer(0.3, c3.abort).start()
+        t0 = time.time()
+        try:
+            req.wait()
+            check(False, "an aborted request succeeded")
+        except chorus.ChorusError as e:
+            check(e.status_name == "ABORTED", f"abort raised ABORTED: {e}")
+        check(time.time() - t0 < 10, "abort ended the wait")
+    comm.barrier()  # the others keep c3 open until rank 0's request has ended
+    c3.destroy()
+
+check(chorus.build_info().startswith("chorus "), "build_info")
+comm.destroy()
+print(f"rank {rank} ({KIND}): {PASSED} passed, {FAILED} failed", flush=True)
+sys.exit(1 if FAILED else 0)

@@ -1,0 +1,243 @@
+"""torch.distributed with backend="chorus", launched with env:// variables as torchrun sets
+them (chorusrun --torch-env; tests/python/run.sh), on 1-4 ranks:
+
+    /usr/bin/python3 tests/python/test_torch_backend.py [env|tcp|file FILE]
+
+Every operation of the backend x each dtype, sync and async (work.wait(), is_completed(),
+get_future()), on "chorus" (the default group) and on a "gloo" group of the same ranks: the
+results must be identical where Gloo implements the operation, and equal to the expected
+values computed here everywhere (integer-valued data, so every reduction is exact in any
+order). Then non-contiguous tensors, errors as RuntimeError with Chorus's message, and a
+second "chorus" group (new_group) working beside the first. The init method: env://
+(default), tcp://MASTER_ADDR:MASTER_PORT, or file://FILE.
+"""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import chorus.torch  # noqa: F401  registers the backend
+
+how = sys.argv[1] if len(sys.argv) > 1 else "env"
+
+if how == "tcp":
+    init = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+elif how == "file":
+    init = "file://" + sys.argv[2]
+else:
+    init = "env://"
+dist.init_process_group("chorus", init_method=init, rank=int(os.environ["RANK"]),
+                        world_size=int(os.environ["WORLD_SIZE"]),
+                        timeout=datetime.timedelta(seconds=60))
+rank, n = dist.get_rank(), dist.get_world_size()
+assert dist.get_backend() == "chorus", dist.get_backend()
+gloo = dist.new_group(backend="gloo")
+
+PASSED = FAILED = 0
+GLOO_SKIPPED = {}  # operation -> (gloo's reason, dtypes)
+
+
+def check(cond, what):
+    global PASSED, FAILED
+    if cond:
+        PASSED += 1
+    else:
+        FAILED += 1
+        print(f"FAIL rank {rank}: {what}", flush=True)
+
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int32, torch.int64]
+
+
+def val(r, i):
+    return 1 + (r * 5 + i * 3) % 3  # 1..3: exact sums and products on up to 4 ranks
+
+
+def data(r, shape, dtype):
+    numel = 1
+    for s in shape:
+        numel *= s
+    return torch.tensor([val(r, i) for i in range(numel)], dtype=dtype).reshape(shape)
+
+
+def run(fn, group, async_op):
+    """fn(group, async_op) -> Work or None; the result checked by the caller."""
+    w = fn(group, async_op)
+    if async_op:
+        check(w is not None, "async_op=True returns a Work")
+        fut = w.get_future() if group is None else None
+        w.wait()
+        check(w.is_completed(), "is_completed() after wait()")
+        if fut is not None:
+            fut.wait()
+            check(fut.done(), "the Future completes with the Work")
+
+
+def both(name, make, op, expected, gloo_defined=True):
+    """make() -> fresh tensors; op(tensors, group, async_op) runs the operation; the outputs
+    (a list of tensors) must equal expected on chorus, and gloo's where gloo can."""
+    for async_op in (False, True):
+        t = make()
+        run(lambda g, a: op(t, g, a), None, async_op)
+        outs = t if isinstance(t, list) else [t]
+        ok = len(outs) == len(expected) and all(
+            o.dtype == e.dtype and torch.equal(o, e) for o, e in zip(outs, expected))
+        check(ok, f"{name} async={async_op}: chorus {[o.tolist() for o in outs][:2]} "
+                  f"expected {[e.tolist() for e in expected][:2]}")
+        g = make()
+        try:
+            run(lambda gr, a: op(g, gr, a), gloo, async_op)
+        except RuntimeError as e:
+            opname, dtname = (name.split(" ") + [""])[:2]
+            reason, dts = GLOO_SKIPPED.setdefault(opname, (str(e).splitlines()[0][:50], set()))
+            dts.add(dtname)
+            continue
+        gouts = g if isinstance(g, list) else [g]
+        check(not gloo_defined or all(torch.equal(a, b) for a, b in zip(outs, gouts)),
+              f"{name} async={async_op}: chorus and gloo differ")
+
+
+N = 11
+R = dist.ReduceOp
+for dt in DTYPES:
+    tag = str(dt).replace("torch.", "")
+    for rop, f in [(R.SUM, sum), (R.PRODUCT, None), (R.MIN, min), (R.MAX, max)]:
+        def expect_red(i, f=f):
+            vs = [val(r, i) for r in range(n)]
+            if f is None:
+                p = 1
+                for v in vs:
+                    p *= v
+                return p
+            return f(vs)
+        exp = torch.tensor([expect_red(i) for i in range(N)], dtype=dt)
+        both(f"all_reduce {tag} {rop}", lambda: data(rank, [N], dt),
+             lambda t, g, a, rop=rop: dist.all_reduce(t, op=rop, group=g, async_op=a), [exp])
+        exp_root = exp if rank == n - 1 else data(rank, [N], dt)
+        both(f"reduce {tag} {rop}", lambda: data(rank, [N], dt),
+             lambda t, g, a, rop=rop: dist.reduce(t, dst=n - 1, op=rop, group=g, async_op=a),
+             [exp_root], gloo_defined=rank == n - 1)  # gloo scribbles on non-roots
+    # AVG (Gloo has none in this torch): the sum divided by n, as Chorus defines it.
+    if dt.is_floating_point:
+        s = torch.tensor([sum(val(r, i) for r in range(n)) for i in range(N)], dtype=torch.float64)
+        exp = (s / n).to(dt)
+        t = data(rank, [N], dt)
+        dist.all_reduce(t, op=R.AVG)
+        check(torch.allclose(t.double(), exp.double(), rtol=1e-2 if torch.finfo(dt).bits == 16 else 1e-6),
+              f"all_reduce {tag} AVG")
+    both(f"broadcast {tag}", lambda: data(rank, [3, 4], dt),
+         lambda t, g, a: dist.broadcast(t, src=n - 1, group=g, async_op=a),
+         [data(n - 1, [3, 4], dt)])
+    both(f"all_gather {tag}", lambda: [torch.zeros(5, dtype=dt) for _ in range(n)],
+         lambda ts, g, a: dist.all_gather(ts, data(rank, [5], dt), group=g, async_op=a),
+         [data(r, [5], dt) for r in range(n)])
+    both(f"_all_gather_base {tag}", lambda: torch.zeros(5 * n, dtype=dt),
+         lambda t, g, a: dist._all_gather_base(t, data(rank, [5], dt), group=g, async_op=a),
+         [torch.cat([data(r, [5], dt) for r in range(n)])])
+    rs_exp = torch.tensor([sum(val(r, rank * 6 + i) for r in range(n)) for i in range(6)],
+                          dtype=dt)
+    both(f"reduce_scatter {tag}", lambda: torch.zeros(6, dtype=dt),
+         lambda t, g, a: dist.reduce_scatter(
+             t, list(data(rank, [6 * n], dt).chunk(n)), group=g, async_op=a), [rs_exp])
+    both(f"_reduce_scatter_base {tag}", lambda: torch.zeros(6, dtype=dt),
+         lambda t, g, a: dist._reduce_scatter_base(t, data(rank, [6 * n], dt), group=g,
+                                                   async_op=a), [rs_exp])
+    # alltoall: rank r's block j (of 2 elements) goes to rank j.
+    a_in = torch.tensor([(rank * 10 + j) % 100 for j in range(n) for _ in range(2)], dtype=dt)
+    a_exp = torch.tensor([(r * 10 + rank) % 100 for r in range(n) for _ in range(2)], dtype=dt)
+    both(f"all_to_all_single {tag}", lambda: torch.zeros(2 * n, dtype=dt),
+         lambda t, g, a: dist.all_to_all_single(t, a_in, group=g, async_op=a), [a_exp])
+    # Uneven splits: rank r sends j + 1 elements to rank j, so receives rank + 1 from each.
+    in_splits = [j + 1 for j in range(n)]
+    u_in = torch.cat([torch.full((j + 1,), (rank * 10 + j) % 100, dtype=dt) for j in range(n)])
+    u_exp = torch.cat([torch.full((rank + 1,), (r * 10 + rank) % 100, dtype=dt)
+                       for r in range(n)])
+    both(f"all_to_all_single splits {tag}", lambda: torch.zeros((rank + 1) * n, dtype=dt),
+         lambda t, g, a: dist.all_to_all_single(t, u_in, output_split_sizes=[rank + 1] * n,
+                                                input_split_sizes=in_splits, group=g,
+                                                async_op=a), [u_exp])
+    both(f"all_to_all {tag}", lambda: [torch.zeros(j + 1, dtype=dt) for j in range(n)],
+         lambda ts, g, a: dist.all_to_all(
+             ts, [torch.full((rank + 1,), (rank * 10 + j) % 100, dtype=dt) for j in range(n)],
+             group=g, async_op=a),
+         [torch.full((j + 1,), (j * 10 + rank) % 100, dtype=dt) for j in range(n)])
+
+# send / recv: a ring, then a pair, sync and async.
+for dt in (torch.float32, torch.int64):
+    if n > 1:
+        right, left = (rank + 1) % n, (rank - 1) % n
+        for a in (False, True):
+            out, got = data(rank, [7], dt), torch.zeros(7, dtype=dt)
+            if a:
+                ws = [dist.irecv(got, src=left), dist.isend(out, dst=right)]
+                for w in ws:
+                    w.wait()
+            elif rank % 2 == 0:
+                dist.send(out, dst=right)
+                dist.recv(got, src=left)
+            else:
+                dist.recv(got, src=left)
+                dist.send(out, dst=right)
+            check(torch.equal(got, data(left, [7], dt)), f"send/recv ring {dt} async={a}")
+dist.barrier()
+w = dist.barrier(async_op=True)
+w.wait()
+
+# Non-contiguous tensors are staged and written back.
+m = data(rank, [4, 6], torch.float32).t()  # 6 x 4, not contiguous
+dist.all_reduce(m)
+check(torch.equal(m, torch.stack([data(r, [4, 6], torch.float32) for r in range(n)]).sum(0).t()),
+      "all_reduce of a non-contiguous tensor")
+b = torch.zeros(4, 6)[:, ::2]
+if rank == 0:
+    b.copy_(torch.arange(12.).reshape(4, 3))
+dist.broadcast(b, src=0)
+check(torch.equal(b, torch.arange(12.).reshape(4, 3)), "broadcast into a strided view")
+
+# allreduce_coalesced (DDP-style flattening inside the backend)
+ts = [data(rank, [3], torch.float32), data(rank, [2, 2], torch.float32)]
+dist.all_reduce_coalesced(ts)
+check(torch.equal(ts[1], torch.stack([data(r, [2, 2], torch.float32) for r in range(n)]).sum(0)),
+      "all_reduce_coalesced")
+
+# Errors carry Chorus's message into Python.
+try:
+    dist.all_reduce(torch.ones(2), op=R.BAND)
+    check(False, "BAND accepted")
+except (RuntimeError, ValueError) as e:
+    check("chorus" in str(e) and "SUM" in str(e), f"BAND refused with a clear message: {e}")
+c = torch.ones(2, dtype=torch.complex64)  # torch hands it over as float32 pairs
+dist.all_reduce(c)
+check(torch.equal(c, torch.full((2,), complex(n, 0), dtype=torch.complex64)), "complex sum")
+try:
+    dist.all_reduce(torch.ones(2, dtype=torch.bool))
+    check(False, "a bool reduction accepted")
+except (RuntimeError, ValueError) as e:
+    check("dtype" in str(e) and "chorus" in str(e), f"bool reduction refused: {e}")
+if n > 1:
+    g2 = dist.new_group(backend="chorus")
+    x = torch.ones(5 if rank == 0 else 6)
+    try:
+        dist.all_reduce(x, group=g2)
+        check(False, "a mismatched all_reduce succeeded")
+    except RuntimeError as e:
+        msg = str(e)
+        check("allreduce" in msg and "rank" in msg,
+              f"mismatch raised with rank and operation: {msg[:200]}")
+    # A second group of the same ranks works beside the default one.
+    g3 = dist.new_group(backend="chorus")
+    y = torch.full((3,), float(rank))
+    dist.all_reduce(y, group=g3)
+    check(torch.equal(y, torch.full((3,), float(sum(range(n))))), "a second chorus group")
+
+if rank == 0 and GLOO_SKIPPED:
+    print("checked against expected values only where gloo refuses: " + "; ".join(
+        f"{op} {'/'.join(sorted(d))} ({r})" for op, (r, d) in sorted(GLOO_SKIPPED.items())),
+        flush=True)
+print(f"rank {rank} ({how}, {n} ranks): {PASSED} passed, {FAILED} failed", flush=True)
+dist.destroy_process_group()
+sys.exit(1 if FAILED else 0)
