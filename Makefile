@@ -338,7 +338,7 @@ deb: all
 # fresh clone, and fresh machines without the optional packages in both orders (long:
 # two clean builds and test runs; it removes and reinstalls packages, so root only).
 .PHONY: test-install
-test-install:
+test-install: all
 	@BUILD=$(BUILD) sh tests/install/run.sh $(TEST_INSTALL_ARGS)
 
 clean:
