@@ -31,9 +31,12 @@ CHORUS_SOVERSION := unconfigured-so
 ifneq ($(filter-out clean format,$(or $(MAKECMDGOALS),all)),)
 include $(CONFIG)
 endif
+# The summary is printed once per make: not again when make restarts after writing the
+# record, nor in the sub-makes of this Makefile's own recipes (CHORUS_QUIET_CONFIG=1); a
+# make started from another project's make prints it like any other.
 $(CONFIG): FORCE
 	@BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) \
-	    SUMMARY=$(if $(MAKE_RESTARTS)$(filter-out 0,$(MAKELEVEL)),0,1) sh tools/configure.sh
+	    SUMMARY=$(if $(MAKE_RESTARTS)$(CHORUS_QUIET_CONFIG),0,1) sh tools/configure.sh
 FORCE:
 
 CPPFLAGS += $(CONFIG_CPPFLAGS)
@@ -153,13 +156,13 @@ MPICC          ?= mpicc.openmpi
 PEER_CXXFLAGS  ?= -std=c++17 $(OPT) -g -Wall -Wextra -Werror -pthread
 .PHONY: compare-peers bench-compare
 compare-peers:
-	@if command -v $(MPICC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/bin/ompi-bench; \
+	@if command -v $(MPICC) >/dev/null 2>&1; then $(MAKE) --no-print-directory CHORUS_QUIET_CONFIG=1 $(BUILD)/bin/ompi-bench; \
 	else echo "ompi-bench: skipped: $(MPICC) not found (apt-get install libopenmpi-dev)"; fi
 	@if [ ! -f /usr/include/gloo/allreduce.h ]; then \
 	    echo "gloo-bench: skipped: /usr/include/gloo not found (apt-get install libgloo-dev)"; \
 	elif ! command -v $(CXX) >/dev/null 2>&1; then \
 	    echo "gloo-bench: skipped: no C++ compiler $(CXX) (apt-get install g++)"; \
-	else $(MAKE) --no-print-directory $(BUILD)/bin/gloo-bench; fi
+	else $(MAKE) --no-print-directory CHORUS_QUIET_CONFIG=1 $(BUILD)/bin/gloo-bench; fi
 
 $(BUILD)/bin/ompi-bench: bench/mpi/ompi-bench.c bench/mpi/peer.h
 	@mkdir -p $(dir $@)
@@ -214,7 +217,7 @@ FUZZ_OBJS    := $(FUZZ_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
 .PHONY: fuzz
 fuzz:
 	@if FUZZ_CC=$(FUZZ_CC) sh tests/fuzz/fuzz.sh --check; then \
-	    $(MAKE) --no-print-directory $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%) && \
+	    $(MAKE) --no-print-directory CHORUS_QUIET_CONFIG=1 $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%) && \
 	    BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/fuzz.sh $(FUZZ_NAMES); fi
 
 $(BUILD)/fuzz/obj/%.o: %.c $(CONFIG)

@@ -9,8 +9,8 @@
 # 2. Detects the optional libraries with pkg-config, and nvcc under CUDA_HOME.
 # 3. Writes config.mk only when its content changes: an unchanged record leaves every
 #    object as it is, a changed one (a package installed or removed since) rebuilds them.
-# 4. With SUMMARY=1, or when the record changed, prints one line per optional part: found
-#    and used, or missing and what is lost.
+# 4. With SUMMARY=1, or when the record is new or changed, prints one line per optional
+#    part: found and used, or missing and what is lost.
 set -u
 BUILD=${BUILD:-build}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -118,14 +118,14 @@ CONFIG_CPPFLAGS  :=$(echo "$cppflags" | tr -s ' ')
 CONFIG_LIBS      := $(echo "$libs" | tr -s ' ')
 PC_REQUIRES_PRIVATE := $requires
 EOF
-changed=0
+changed=0 created=0
 if cmp -s "$tmp" "$CONFIG"; then
     rm -f "$tmp"
 else
-    [ -f "$CONFIG" ] && changed=1
+    if [ -f "$CONFIG" ]; then changed=1; else created=1; fi
     mv "$tmp" "$CONFIG"
 fi
-if [ "${SUMMARY:-1}" = 1 ] || [ "$changed" = 1 ]; then
+if [ "${SUMMARY:-1}" = 1 ] || [ "$changed" = 1 ] || [ "$created" = 1 ]; then
     [ "$changed" = 1 ] && echo "config: what is installed changed: $CONFIG rewritten, rebuilding"
     printf '%s' "$summary"
 fi

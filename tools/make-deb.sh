@@ -22,7 +22,7 @@ mkdir -p "$root/DEBIAN"
 
 # The same install as `make install`, staged.
 # Without the Python package: its torch backend would make every node depend on torch.
-make --no-print-directory -s install BUILD="$BUILD" DESTDIR="$(pwd)/$root" PREFIX=/usr \
+make --no-print-directory -s install CHORUS_QUIET_CONFIG=1 BUILD="$BUILD" DESTDIR="$(pwd)/$root" PREFIX=/usr \
     LIBDIR="/usr/lib/$multiarch" INSTALL_PYTHON=0 >/dev/null
 doc=$root/usr/share/doc/chorus
 mkdir -p "$doc/examples"
