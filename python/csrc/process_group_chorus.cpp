@@ -106,6 +106,15 @@ const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
 
 }  // namespace
 
+// The completion queue, shared by the process group and its Works (a Work may outlive its
+// group): the lock, the condition both sides wait on, and the Works in issue order.
+struct CompletionQueue {
+  std::mutex lock;
+  std::condition_variable cv;
+  std::deque<c10::intrusive_ptr<class ChorusWork>> works;
+  bool stop = false;
+};
+
 // One operation: its Chorus requests, what runs after them, and its result tensors.
 class ChorusWork : public c10d::Work {
  public:
@@ -116,8 +125,12 @@ class ChorusWork : public c10d::Work {
             c10::ListType::create(c10::TensorType::get()))) {}
 
   bool isCompleted() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return completed_;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (completed_) return true;
+    }
+    kick();
+    return false;
   }
 
   bool isSuccess() const override {
@@ -126,6 +139,7 @@ class ChorusWork : public c10d::Work {
   }
 
   bool wait(std::chrono::milliseconds timeout) override {
+    kick();
     std::unique_lock<std::mutex> lock(mutex_);
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
@@ -139,7 +153,10 @@ class ChorusWork : public c10d::Work {
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    kick();  // whoever asks for the future is about to wait on it
+    return future_;
+  }
 
   // Completion thread: every request, then the host work, then the Work and its Future.
   void complete() {
@@ -168,9 +185,25 @@ class ChorusWork : public c10d::Work {
     finish(error);
   }
 
+  // Sends and receives: Chorus starts the batch of consecutive isend/irecv at the first wait
+  // on one of them, so the completion thread must not wait for this Work's requests before
+  // the batch is complete: until a later operation was issued (it is then in the batch, or
+  // has closed it) or the caller waits for or polls this Work (kick).
+  void kick() {
+    if (!is_p2p || !queue) return;
+    {
+      std::lock_guard<std::mutex> lock(queue->lock);
+      kicked = true;
+    }
+    queue->cv.notify_all();
+  }
+
   std::vector<chorus_request_t> requests;
   std::function<void()> after;  // on success, after every request
   std::vector<at::Tensor> keep;  // staging buffers alive until the end
+  bool is_p2p = false;
+  bool kicked = false;  // under queue->lock
+  std::shared_ptr<CompletionQueue> queue;
 
  private:
   std::vector<at::Tensor> outputs_;
@@ -203,10 +236,10 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   ~ProcessGroupChorus() override {
     {
-      std::lock_guard<std::mutex> lock(qlock_);
-      stop_ = true;
+      std::lock_guard<std::mutex> lock(q_->lock);
+      q_->stop = true;
     }
-    qcv_.notify_one();
+    q_->cv.notify_all();
     thread_.join();
     chorus_comm_destroy(comm_);
   }
@@ -402,6 +435,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
       return submit(work, {req});
     }
     // Uneven splits: one send and one receive per peer, issued together (one group).
+    work->is_p2p = true;
     int64_t row_in = input.dim() > 0 && input.size(0) > 0 ? input.numel() / input.size(0) : 0;
     int64_t row_out =
         output.dim() > 0 && output.size(0) > 0 ? output.numel() / output.size(0) : 0;
@@ -435,6 +469,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
       throw std::invalid_argument("chorus: alltoall: expects world_size input and output "
                                   "tensors");
     auto work = make_work(c10d::OpType::ALLTOALL, outputs);
+    work->is_p2p = true;
     std::vector<chorus_request_t> reqs;
     for (int p = 0; p < n; p++) {
       check_cpu(inputs[p], "alltoall");
@@ -458,6 +493,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                       int /* tag */) override {
     const at::Tensor& t = single(tensors, "send");
     auto work = make_work(c10d::OpType::SEND, {});
+    work->is_p2p = true;
     at::Tensor src = t.contiguous();
     work->keep.push_back(src);
     chorus_request_t req;
@@ -469,6 +505,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                       int /* tag */) override {
     const at::Tensor& t = single(tensors, "recv");
     auto work = make_work(c10d::OpType::RECV, tensors);
+    work->is_p2p = true;
     at::Tensor dst = staged(work, t);
     chorus_request_t req;
     check(chorus_irecv(dst.data_ptr(), dst.numel(), to_dtype(t, false, "recv"), src, comm_, &req));
@@ -505,11 +542,12 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> submit(const c10::intrusive_ptr<ChorusWork>& work,
                                         std::vector<chorus_request_t> reqs) {
     work->requests = std::move(reqs);
+    work->queue = q_;
     {
-      std::lock_guard<std::mutex> lock(qlock_);
-      queue_.push_back(work);
+      std::lock_guard<std::mutex> lock(q_->lock);
+      q_->works.push_back(work);
     }
-    qcv_.notify_one();
+    q_->cv.notify_all();
     return work;
   }
 
@@ -517,21 +555,21 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     for (;;) {
       c10::intrusive_ptr<ChorusWork> work;
       {
-        std::unique_lock<std::mutex> lock(qlock_);
-        qcv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stop, and nothing left
-        work = queue_.front();
-        queue_.pop_front();
+        std::unique_lock<std::mutex> lock(q_->lock);
+        q_->cv.wait(lock, [&] { return q_->stop || !q_->works.empty(); });
+        if (q_->works.empty()) return;  // stop, and nothing left
+        work = q_->works.front();
+        q_->works.pop_front();
+        // A send or receive waits until its batch is closed (ChorusWork::kick).
+        if (work->is_p2p)
+          q_->cv.wait(lock, [&] { return work->kicked || q_->stop || !q_->works.empty(); });
       }
       work->complete();
     }
   }
 
   chorus_comm_t comm_ = nullptr;
-  std::mutex qlock_;
-  std::condition_variable qcv_;
-  std::deque<c10::intrusive_ptr<ChorusWork>> queue_;
-  bool stop_ = false;
+  std::shared_ptr<CompletionQueue> q_ = std::make_shared<CompletionQueue>();
   std::thread thread_;
 };
 

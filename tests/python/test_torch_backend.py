@@ -15,6 +15,7 @@ second "chorus" group (new_group) working beside the first. The init method: env
 import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -183,6 +184,17 @@ for dt in (torch.float32, torch.int64):
                 dist.recv(got, src=left)
                 dist.send(out, dst=right)
             check(torch.equal(got, data(left, [7], dt)), f"send/recv ring {dt} async={a}")
+# irecv, a pause, then isend: the backend must not start the receive alone (Chorus runs the
+# batch at the first wait), or both ranks wait in a recv whose send never starts.
+if n > 1:
+    right, left = (rank + 1) % n, (rank - 1) % n
+    got = torch.zeros(3)
+    w1 = dist.irecv(got, src=left)
+    time.sleep(0.3)
+    w2 = dist.isend(torch.full((3,), float(rank)), dst=right)
+    w1.wait()
+    w2.wait()
+    check(torch.equal(got, torch.full((3,), float(left))), "irecv, pause, isend")
 dist.barrier()
 w = dist.barrier(async_op=True)
 w.wait()
