@@ -227,12 +227,28 @@ run_mp() {
     matrix 3 tcp rabenseifner -- --colls allreduce,reduce_scatter
     matrix 4 tcp swing -- --colls allreduce
     matrix 5 tcp bruck -- --colls allgather --large 0
-    # The shared arena (lib/arena): allreduce on both paths, many small chunks, failures.
-    for n in 2 3 4 8; do matrix "$n" shm arena -- --colls allreduce --large 400003; done
-    matrix 3 shm arena CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 -- --colls allreduce
+    # The shared arena (lib/arena): every collective on the inline, flat and staged paths,
+    # many small chunks (alltoall and reduce_scatter then cut a chunk into a line per
+    # rank), failures. The auto runs above take the arena too, on one host.
+    for n in 2 3 4 8; do matrix "$n" shm arena -- --large 400003; done
+    matrix 3 shm arena CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 -- --large 100003
+    matrix 8 shm arena CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 -- --large 100003
     for c in mismatch-dtype mismatch-count timeout dead; do
         run_test "mp/arena_errors n=3 $c" env CHORUS_ALGO=arena CHORUS_TIMEOUT=2 \
             "$CHORUSRUN" -n 3 --timeout 60 -- "$BUILD/tests/mp_arena_errors" --case "$c"
+    done
+    # The same checks guard every arena collective; the deadline is one code path
+    # (arena_sync.c), so two collectives wait for it, a rooted one and an unrooted one.
+    for coll in allgather reduce_scatter broadcast reduce alltoall barrier; do
+        cases="mismatch-coll dead"
+        [ "$coll" != barrier ] && cases="mismatch-dtype mismatch-count $cases"
+        case $coll in broadcast | reduce) cases="$cases mismatch-root" ;; esac
+        case $coll in allgather | broadcast) cases="$cases timeout" ;; esac
+        for c in $cases; do
+            run_test "mp/arena_errors n=3 $coll $c" env CHORUS_ALGO=arena CHORUS_TIMEOUT=2 \
+                "$CHORUSRUN" -n 3 --timeout 60 -- "$BUILD/tests/mp_arena_errors" --case "$c" \
+                --coll "$coll"
+        done
     done
     # Mismatched calls on the schedule path (issue 5, acceptance 4): MISMATCH on the ranks
     # involved, an error on every other, no hang (CHORUS_TIMEOUT=3), no success.

@@ -48,40 +48,52 @@ typedef struct {
     size_t unit;        /* elements per cache line: slice boundaries fall on lines */
     chorus_dtype_t dtype;
     chorus_op_t op;
+    int root;    /* reduce: the only local index that copies the result out; -1: all */
     uint64_t s0; /* my step before the operation */
     uint64_t g0; /* the chunk counter before the operation */
     const char *what;
 } arena_job_t;
 
-static void arena_sig_set(chorus_arena_t *a, int par, size_t count, chorus_dtype_t dtype,
-                          chorus_op_t op)
+void arena__sig_set(chorus_arena_t *a, chorus_coll_t coll, size_t count, chorus_dtype_t dtype,
+                    chorus_op_t op, int root)
 {
-    arena_sig_t *s = &a->ctl[a->me].sig[par];
+    arena_sig_t *s = &a->ctl[a->me].sig[a->opno & 1];
 
     s->count = count;
-    s->opno = (uint32_t)a->opno;
-    s->coll = (uint8_t)CHORUS_COLL_ALLREDUCE;
+    s->opno = (uint16_t)a->opno;
+    s->root = (uint16_t)root;
+    s->coll = (uint8_t)coll;
     s->dtype = (uint8_t)dtype;
     s->op = (uint8_t)op;
     s->valid = 1;
 }
 
-/* "allreduce #3 of 16 x float32 sum", "device allreduce #12 ..." for a device collective
- * (arena_barrier.c), or "no operation" (the peer's fields are only printed, never trusted). */
+/* "allreduce #3 of 16 x float32 sum", "broadcast #4 of 2 x int8 root 1", "device allreduce
+ * #12 ..." for a device collective (arena_barrier.c), or "no operation" (the peer's fields
+ * are only printed, never trusted). */
 static void arena_sig_text(const arena_sig_t *s, char *buf, size_t len)
 {
-    int device = (s->coll & ARENA_SIG_DEVICE) != 0;
-    const char *coll = chorus__coll_name((chorus_coll_t)(s->coll & ~ARENA_SIG_DEVICE));
+    chorus_coll_t c = (chorus_coll_t)(s->coll & ~ARENA_SIG_DEVICE);
+    const char *coll = chorus__coll_name(c);
     const char *dt = chorus_dtype_name((chorus_dtype_t)s->dtype);
     const char *op = chorus_op_name((chorus_op_t)s->op);
+    int reduces = c == CHORUS_COLL_ALLREDUCE || c == CHORUS_COLL_REDUCE ||
+                  c == CHORUS_COLL_REDUCE_SCATTER;
+    char tail[48] = "";
+    int k;
 
     if (!s->valid) {
         snprintf(buf, len, "no operation");
         return;
     }
-    snprintf(buf, len, "%s%s #%u of %llu x %s %s", device ? "device " : "",
-             coll != NULL ? coll : "?", (unsigned)s->opno, (unsigned long long)s->count,
-             dt != NULL ? dt : "?", op != NULL ? op : "?");
+    k = snprintf(buf, len, "%s%s #%u", (s->coll & ARENA_SIG_DEVICE) ? "device " : "",
+                 coll != NULL ? coll : "?", (unsigned)s->opno);
+    if (c == CHORUS_COLL_BARRIER || k < 0 || (size_t)k >= len) return;
+    if (c == CHORUS_COLL_BROADCAST || c == CHORUS_COLL_REDUCE)
+        snprintf(tail, sizeof tail, " root %u", (unsigned)s->root);
+    snprintf(buf + k, len - (size_t)k, " of %llu x %s%s%s%s", (unsigned long long)s->count,
+             dt != NULL ? dt : "?", reduces ? " " : "", reduces ? (op != NULL ? op : "?") : "",
+             tail);
 }
 
 chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what)
@@ -92,8 +104,9 @@ chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what)
     for (int r = 0; r < a->n; r++) {
         const arena_sig_t *s = &a->ctl[r].sig[par];
 
-        if (r == a->me || (s->count == m->count && s->opno == m->opno && s->coll == m->coll &&
-                           s->dtype == m->dtype && s->op == m->op && s->valid == m->valid))
+        if (r == a->me || (s->count == m->count && s->opno == m->opno && s->root == m->root &&
+                           s->coll == m->coll && s->dtype == m->dtype && s->op == m->op &&
+                           s->valid == m->valid))
             continue;
         arena_sig_text(s, theirs, sizeof theirs);
         arena_sig_text(m, mine, sizeof mine);
@@ -105,7 +118,7 @@ chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what)
 }
 
 static chorus_status_t arena_flat(chorus_arena_t *a, const void *sendbuf, void *recvbuf,
-                                  size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                  size_t count, chorus_dtype_t dtype, chorus_op_t op, int root,
                                   size_t bytes, const char *what)
 {
     int par = (int)(a->opno & 1);
@@ -115,12 +128,13 @@ static chorus_status_t arena_flat(chorus_arena_t *a, const void *sendbuf, void *
 
     if (inl) memcpy(a->ctl[a->me].inl[par], sendbuf, bytes);
     else memcpy(a->flat + ((size_t)a->me * 2 + (size_t)par) * a->flat_slot, sendbuf, bytes);
-    arena_sig_set(a, par, count, dtype, op);
+    arena__sig_set(a, root < 0 ? CHORUS_COLL_ALLREDUCE : CHORUS_COLL_REDUCE, count, dtype, op,
+                   root < 0 ? 0 : root);
     arena__publish(a, step);
     status = arena__wait_all(a, step, what);
     if (status != CHORUS_SUCCESS) return status;
     status = arena__check_sigs(a, par, what);
-    if (status != CHORUS_SUCCESS) return status;
+    if (status != CHORUS_SUCCESS || (root >= 0 && a->me != root)) return status;
     for (int r = 0; r < a->n; r++)
         a->srcs[r] = inl ? (const void *)a->ctl[r].inl[par]
                          : a->flat + ((size_t)r * 2 + (size_t)par) * a->flat_slot;
@@ -208,6 +222,7 @@ static chorus_status_t arena_stage_out(chorus_arena_t *a, const arena_job_t *j, 
     chorus_status_t status;
     size_t off, len;
 
+    if (j->root >= 0 && a->me != j->root) return CHORUS_SUCCESS;
     for (int k = 0; k < a->n; k++) {
         int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
 
@@ -221,15 +236,16 @@ static chorus_status_t arena_stage_out(chorus_arena_t *a, const arena_job_t *j, 
 }
 
 static chorus_status_t arena_staged(chorus_arena_t *a, const void *sendbuf, void *recvbuf,
-                                    size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                    size_t count, chorus_dtype_t dtype, chorus_op_t op, int root,
                                     size_t esize, const char *what)
 {
     arena_job_t j = {sendbuf, recvbuf, count, esize, a->chunk / esize, ARENA_LINE / esize,
-                     dtype, op, a->step, a->gchunk, what};
+                     dtype, op, root, a->step, a->gchunk, what};
     size_t nchunks = (count + j.chunk_elems - 1) / j.chunk_elems;
     chorus_status_t status;
 
-    arena_sig_set(a, (int)(a->opno & 1), count, dtype, op);
+    arena__sig_set(a, root < 0 ? CHORUS_COLL_ALLREDUCE : CHORUS_COLL_REDUCE, count, dtype, op,
+                   root < 0 ? 0 : root);
     arena_stage_in(a, &j, 0);
     for (size_t i = 0; i < nchunks; i++) {
         status = arena_stage_reduce(a, &j, i);
@@ -242,27 +258,44 @@ static chorus_status_t arena_staged(chorus_arena_t *a, const void *sendbuf, void
     return CHORUS_SUCCESS;
 }
 
-chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendbuf,
-                                        void *recvbuf, size_t count, chorus_dtype_t dtype,
-                                        chorus_op_t op, const char *what)
+/* Allreduce, or reduce to local index root (root >= 0). */
+static chorus_status_t arena_reduction(chorus_arena_t *arena, const void *sendbuf,
+                                       void *recvbuf, size_t count, chorus_dtype_t dtype,
+                                       chorus_op_t op, int root, const char *what)
 {
     size_t esize = chorus_dtype_size(dtype), bytes = count * esize;
-    chorus_status_t status;
 
     if (esize == 0 || ARENA_LINE % esize != 0)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad dtype %d",
                              arena->rank, what, (int)dtype);
     arena->opno++;
     if (bytes <= arena->flat_slot)
-        status = arena_flat(arena, sendbuf, recvbuf, count, dtype, op, bytes, what);
-    else
-        status = arena_staged(arena, sendbuf, recvbuf, count, dtype, op, esize, what);
-    return status;
+        return arena_flat(arena, sendbuf, recvbuf, count, dtype, op, root, bytes, what);
+    return arena_staged(arena, sendbuf, recvbuf, count, dtype, op, root, esize, what);
+}
+
+chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendbuf,
+                                        void *recvbuf, size_t count, chorus_dtype_t dtype,
+                                        chorus_op_t op, const char *what)
+{
+    return arena_reduction(arena, sendbuf, recvbuf, count, dtype, op, -1, what);
+}
+
+chorus_status_t chorus__arena_reduce(chorus_arena_t *arena, const void *sendbuf, void *recvbuf,
+                                     size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                     int root, const char *what)
+{
+    int local = arena__local_index(arena, root);
+
+    if (local < 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad root %d",
+                             arena->rank, what, root);
+    return arena_reduction(arena, sendbuf, recvbuf, count, dtype, op, local, what);
 }
 
 int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll)
 {
-    return arena != NULL && coll == CHORUS_COLL_ALLREDUCE;
+    return arena != NULL && coll != CHORUS_COLL_SENDRECV && (unsigned)coll < CHORUS_NUM_COLLS;
 }
 
 size_t chorus__arena_flat_max(const chorus_arena_t *arena)

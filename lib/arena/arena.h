@@ -52,11 +52,32 @@ void chorus__arena_set_timeout(chorus_arena_t *arena, double timeout_s);
 int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll);
 
 /* The collectives, with the argument conventions of chorus.h (already validated; count
- * > 0; op is never AVG: the caller divides). what names the operation for messages
+ * > 0; op is never AVG: the caller divides; roots are comm ranks). what names the operation for messages
  * ("allreduce #12"). */
 chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendbuf,
                                         void *recvbuf, size_t count, chorus_dtype_t dtype,
                                         chorus_op_t op, const char *what);
+
+/* Reduce to root (a comm rank; recvbuf is only written there and may be NULL elsewhere). */
+chorus_status_t chorus__arena_reduce(chorus_arena_t *arena, const void *sendbuf, void *recvbuf,
+                                     size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                     int root, const char *what);
+
+/* ---- arena_coll.c: the collectives that move data without a shared result area ---- */
+chorus_status_t chorus__arena_allgather(chorus_arena_t *arena, const void *sendbuf,
+                                        void *recvbuf, size_t sendcount, chorus_dtype_t dtype,
+                                        const char *what);
+chorus_status_t chorus__arena_reduce_scatter(chorus_arena_t *arena, const void *sendbuf,
+                                             void *recvbuf, size_t recvcount,
+                                             chorus_dtype_t dtype, chorus_op_t op,
+                                             const char *what);
+chorus_status_t chorus__arena_broadcast(chorus_arena_t *arena, const void *sendbuf,
+                                        void *recvbuf, size_t count, chorus_dtype_t dtype,
+                                        int root, const char *what);
+chorus_status_t chorus__arena_alltoall(chorus_arena_t *arena, const void *sendbuf,
+                                       void *recvbuf, size_t count_per_peer,
+                                       chorus_dtype_t dtype, const char *what);
+chorus_status_t chorus__arena_barrier(chorus_arena_t *arena, const char *what);
 
 /* Bytes below which allreduce takes the flat path (for the tuner's model). */
 size_t chorus__arena_flat_max(const chorus_arena_t *arena);

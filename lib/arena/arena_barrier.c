@@ -37,7 +37,8 @@ chorus_status_t chorus__arena_step(chorus_arena_t *arena, chorus_coll_t coll, ui
     par = (int)(arena->opno & 1);
     s = &arena->ctl[arena->me].sig[par];
     s->count = count;
-    s->opno = (uint32_t)opno;
+    s->opno = (uint16_t)opno;
+    s->root = 0;
     s->coll = (uint8_t)((unsigned)coll | ARENA_SIG_DEVICE);
     s->dtype = (uint8_t)dtype;
     s->op = (uint8_t)op;

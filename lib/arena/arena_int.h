@@ -36,7 +36,8 @@
 /* The signature of one operation: ranks compare it before reading each other's data. */
 typedef struct {
     uint64_t count;
-    uint32_t opno; /* low bits of the operation number */
+    uint16_t opno; /* low bits of the operation number */
+    uint16_t root; /* broadcast and reduce; 0 for the others */
     uint8_t coll;
     uint8_t dtype;
     uint8_t op;
@@ -56,6 +57,10 @@ typedef struct {
     /* (The first line is full: seq 8 + sig 32 + inl 16 bytes.) */
     alignas(ARENA_LINE) _Atomic int32_t failed; /* the chorus_status_t this rank failed with */
     int32_t rank;
+    /* Single-copy operations (arena_cma.c): the address in this process of the buffer its
+     * peers read the current operation's data from, published with the operation's first
+     * step. */
+    uint64_t addr;
 } arena_ctl_t;
 
 _Static_assert(offsetof(arena_ctl_t, inl) + sizeof(((arena_ctl_t *)0)->inl) <= ARENA_LINE,
@@ -106,6 +111,10 @@ struct chorus_arena {
     double timeout_s;
     const atomic_int *abort_flag;
     chorus_wait_policy_t wait;
+    int cma;            /* every local rank can read every other's memory (arena_cma.c) */
+    size_t cma_min;     /* bytes one rank reads from one peer from which single copy is used */
+    void *tmp;          /* a private copy for in-place alltoall on the single-copy path */
+    size_t tmp_cap;
 };
 
 /* ---- arena_seg.c ---- */
@@ -115,6 +124,19 @@ struct chorus_arena {
 void arena__layout(uint32_t nlocal, uint64_t flat_slot, uint64_t chunk, uint64_t *ctl_off_p,
                    uint64_t *flat_off_p, uint64_t *stage_off_p, uint64_t *res_off_p,
                    uint64_t *total_p);
+
+/* ---- arena_cma.c ---- */
+
+/* Nonzero when this process can read `peer`'s memory with process_vm_readv (cross memory
+ * attach): the kernel allows it and the word at probe in that process is ARENA_PROBE. */
+#define ARENA_PROBE 0x43484f5255534d41ULL /* "CHORUSMA" */
+extern const volatile uint64_t arena__probe_word;
+int arena__cma_probe(uint32_t pid, uint64_t probe);
+
+/* Reads bytes from address addr of process pid into dst, all of it, or an error naming
+ * the peer (comm rank) and the operation. */
+chorus_status_t arena__cma_read(chorus_arena_t *a, int peer, void *dst, uint64_t addr,
+                                size_t bytes, const char *what);
 
 /* ---- arena_sync.c ---- */
 
@@ -133,6 +155,11 @@ chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status);
 /* The top bit of a signature's collective byte: a device collective (arena_barrier.c). */
 #define ARENA_SIG_DEVICE 0x80
 
+/* Writes this rank's signature of the operation about to run (a->opno already counts it)
+ * into its control line; the next publication makes it visible. */
+void arena__sig_set(chorus_arena_t *a, chorus_coll_t coll, size_t count, chorus_dtype_t dtype,
+                    chorus_op_t op, int root);
+
 /* Compares every rank's signature of the operation of parity par with this rank's:
  * CHORUS_ERR_MISMATCH naming both calls (and failing this rank) at the first difference. */
 chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what);
@@ -147,6 +174,14 @@ static inline chorus_status_t arena__wait_range(chorus_arena_t *a, uint64_t step
             return arena__wait_slow(a, step, r, end, what);
     }
     return CHORUS_SUCCESS;
+}
+
+/* The local index of comm rank `rank`, or -1. */
+static inline int arena__local_index(const chorus_arena_t *a, int rank)
+{
+    for (int r = 0; r < a->n; r++)
+        if (a->ranks[r] == rank) return r;
+    return -1;
 }
 
 static inline chorus_status_t arena__wait_all(chorus_arena_t *a, uint64_t step, const char *what)

@@ -35,6 +35,10 @@
 /* Defaults, measured on a 2-core EPYC VM (see arena.c for the reasoning). */
 #define ARENA_FLAT_MAX_DEFAULT ((uint64_t)16 << 10)
 #define ARENA_CHUNK_DEFAULT ((uint64_t)512 << 10)
+/* Bytes read from one peer from which allgather, broadcast and alltoall copy straight from
+ * the peer's buffer (arena_cma.c); below, the system call and page pinning cost more than
+ * the second copy through the segment saves. */
+#define ARENA_CMA_MIN_DEFAULT ((uint64_t)256 << 10)
 /* The staged slots of all ranks together stay below this, so many ranks get smaller
  * chunks instead of a huge segment. */
 #define ARENA_STAGE_BUDGET ((uint64_t)64 << 20)
@@ -49,7 +53,8 @@ typedef struct {
     int32_t local_index;
     int32_t enabled;
     int32_t status;
-    int32_t pad;
+    int32_t cma_ok; /* the second exchange: this rank could read its neighbour's memory */
+    uint64_t probe; /* the first: where arena__probe_word is in this process */
 } arena_block_t;
 
 static uint64_t align_up(uint64_t x, uint64_t a)
@@ -101,6 +106,8 @@ static void arena_sizes(int nlocal, uint64_t *flat_p, uint64_t *chunk_p)
     if (chunk > ARENA_STAGE_BUDGET / (2 * (uint64_t)nlocal))
         chunk = ARENA_STAGE_BUDGET / (2 * (uint64_t)nlocal);
     if (chunk < (uint64_t)4 << 10) chunk = (uint64_t)4 << 10;
+    /* alltoall and reduce_scatter cut a chunk into one part per rank: a line each at least. */
+    if (chunk < (uint64_t)nlocal * ARENA_LINE) chunk = (uint64_t)nlocal * ARENA_LINE;
     *flat_p = align_up(flat < ARENA_LINE ? ARENA_LINE : flat, ARENA_LINE);
     *chunk_p = align_up(chunk, ARENA_LINE);
 }
@@ -265,6 +272,7 @@ static void arena_free(chorus_arena_t *a)
     free(a->pids);
     free(a->pid_check);
     free((void *)a->srcs);
+    free(a->tmp);
     free(a);
 }
 
@@ -310,6 +318,14 @@ static chorus_status_t arena_join(chorus_arena_t *a, const chorus_arena_params_t
         a->pid_check[blocks[r].local_index] = pidns != 0 && blocks[r].pidns == pidns;
         if (blocks[r].local_index == 0) owner = &blocks[r];
     }
+    /* Single copy between processes needs our pid namespace (the pids must mean the same
+     * processes) and the kernel's permission (ptrace rules, seccomp in containers): try it
+     * on the next local rank; arena_agree makes it all or nothing. */
+    a->cma = chorus__config_int("CHORUS_ARENA_CMA", 1) != 0;
+    for (int r = 0; r < a->n && a->cma; r++) a->cma = a->pid_check[r];
+    for (int r = 0; r < a->n && a->cma; r++)
+        if (blocks[r].local_index == (a->me + 1) % a->n)
+            a->cma = arena__cma_probe(blocks[r].pid, blocks[r].probe);
     if (owner == NULL || owner->status != CHORUS_SUCCESS)
         return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: local rank 0 could not create "
                              "the segment", p->rank);
@@ -326,12 +342,13 @@ static chorus_status_t arena_join(chorus_arena_t *a, const chorus_arena_params_t
  * check of the secret is an error everywhere; anything else (no /dev/shm space, ...)
  * switches the arena off on every rank, with a warning, since the schedules still work. */
 static chorus_status_t arena_agree(const chorus_arena_params_t *p, arena_block_t *blocks,
-                                   chorus_status_t mine, int *use_p)
+                                   chorus_status_t mine, chorus_arena_t *a, int *use_p)
 {
     chorus_status_t status;
     int bad = -1;
 
     blocks[p->rank].status = mine;
+    blocks[p->rank].cma_ok = a != NULL && mine == CHORUS_SUCCESS && a->cma;
     status = chorus__bootstrap_allgather(p->bs, blocks, sizeof *blocks);
     if (status != CHORUS_SUCCESS) return status;
     for (int r = 0; r < p->nlocal; r++) {
@@ -341,6 +358,7 @@ static chorus_status_t arena_agree(const chorus_arena_params_t *p, arena_block_t
                                  "shared segment", p->rank, r);
         }
         if (blocks[r].status != CHORUS_SUCCESS && bad < 0) bad = r;
+        if (a != NULL && !blocks[r].cma_ok) a->cma = 0;
     }
     if (bad >= 0)
         CHORUS_WARN("arena", "rank %d: arena switched off: rank %d could not set it up (%s)",
@@ -386,11 +404,12 @@ chorus_status_t chorus__arena_create(const chorus_arena_params_t *params,
         b->local_index = p->local_index;
         b->enabled = enabled;
         b->status = mine;
+        b->probe = (uint64_t)(uintptr_t)&arena__probe_word;
     }
     CHORUS_CHECK_GOTO(chorus__bootstrap_allgather(p->bs, blocks, sizeof *blocks), err_free);
     for (int r = 0; r < p->nlocal; r++) enabled &= blocks[r].enabled != 0;
     if (enabled && mine == CHORUS_SUCCESS) mine = arena_join(a, p, blocks);
-    CHORUS_CHECK_GOTO(arena_agree(p, blocks, mine, &use), err_free);
+    CHORUS_CHECK_GOTO(arena_agree(p, blocks, mine, a, &use), err_free);
     /* Everyone has mapped it (or given up): the name is no longer needed. */
     if (created) shm_unlink(name);
     created = 0;
@@ -400,8 +419,10 @@ chorus_status_t chorus__arena_create(const chorus_arena_params_t *params,
         *arena_p = NULL;
         return CHORUS_SUCCESS;
     }
+    a->cma_min = chorus__config_size("CHORUS_ARENA_CMA_MIN", ARENA_CMA_MIN_DEFAULT);
     CHORUS_INFO("arena", "rank %d: arena of %d ranks, %zu bytes: flat below %zu bytes, chunks "
-                "of %zu bytes", p->rank, a->n, a->size, a->flat_slot, a->chunk);
+                "of %zu bytes, single copy %s%zu bytes", p->rank, a->n, a->size, a->flat_slot,
+                a->chunk, a->cma ? "from " : "off (", a->cma ? a->cma_min : (size_t)0);
     *arena_p = a;
     return CHORUS_SUCCESS;
 

@@ -143,11 +143,34 @@ static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call
 {
     chorus_status_t status;
 
+    chorus_arena_t *arena = comm->arena;
+
     switch (call->coll) {
     case CHORUS_COLL_ALLREDUCE:
-        status = chorus__arena_allreduce(comm->arena, call->sendbuf, call->recvbuf, call->count,
+        status = chorus__arena_allreduce(arena, call->sendbuf, call->recvbuf, call->count,
                                          call->dtype, op, what);
         break;
+    case CHORUS_COLL_REDUCE:
+        status = chorus__arena_reduce(arena, call->sendbuf, call->recvbuf, call->count,
+                                      call->dtype, op, call->root, what);
+        break;
+    case CHORUS_COLL_REDUCE_SCATTER:
+        status = chorus__arena_reduce_scatter(arena, call->sendbuf, call->recvbuf, call->count,
+                                              call->dtype, op, what);
+        break;
+    case CHORUS_COLL_ALLGATHER:
+        status = chorus__arena_allgather(arena, call->sendbuf, call->recvbuf, call->count,
+                                         call->dtype, what);
+        break;
+    case CHORUS_COLL_BROADCAST:
+        status = chorus__arena_broadcast(arena, call->sendbuf, call->recvbuf, call->count,
+                                         call->dtype, call->root, what);
+        break;
+    case CHORUS_COLL_ALLTOALL:
+        status = chorus__arena_alltoall(arena, call->sendbuf, call->recvbuf, call->count,
+                                        call->dtype, what);
+        break;
+    case CHORUS_COLL_BARRIER: status = chorus__arena_barrier(arena, what); break;
     default:
         status = chorus__error(CHORUS_ERR_INTERNAL, "rank %d: %s: the arena does not run it",
                                comm->rank, what);

@@ -394,7 +394,7 @@ chorus_status_t chorus_tune_record(chorus_comm_t comm, const char *collective, s
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: \"%.64s\" is not an "
                              "algorithm", comm->rank, fn, algorithm);
     /* The arena is not a schedule: chorus__algo_supports does not know it. */
-    if (algo == CHORUS_ALGO_ARENA ? coll != CHORUS_COLL_ALLREDUCE
+    if (algo == CHORUS_ALGO_ARENA ? coll == CHORUS_COLL_SENDRECV
                                   : !chorus__algo_supports((chorus_algo_t)algo,
                                                            (chorus_coll_t)coll))
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: %s does not implement "

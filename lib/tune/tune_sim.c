@@ -407,20 +407,27 @@ out:
     return status;
 }
 
-/* The arena, from its structure (lib/arena/arena.h): the flat path publishes each vector
- * and every rank reduces all of them; the staged path copies in, reduces its own slice
- * reading every slot and copies out, with three synchronisations per chunk.
- * With a core per rank its copies run at the plain kernel rates (raw_*), slowed by memory
- * once the callers' buffers leave the last-level cache (mem). With more ranks than cores,
- * every synchronisation is a context switch and the ranks evict each other's caches on
- * each one; the effective rates fitted to shm point-to-point runs describe that, and the
- * arena's own working set (a chunk per rank) stays small, so mem does not apply. Fitted
- * against chorus-bench --algo all at 2 and 4 ranks on the 2-core development machine
- * (within 20% from 8 KiB to 32 MiB). */
+/* The arena, from its structure (lib/arena/arena.h). Allreduce and reduce: the flat path
+ * publishes each vector and every rank reduces all of them; the staged path copies in,
+ * reduces its own slice reading every slot and copies out, with three synchronisations
+ * per chunk. The others (arena_coll.c) write what peers need into their slot once and read
+ * what they need straight out of the others' slots, one synchronisation per chunk:
+ *   allgather       write B, copy n B out          reduce_scatter  write (n - 1) B, reduce n B
+ *   broadcast       the root writes B, each copies  alltoall        write (n - 1) B, copy n B
+ *   barrier         a synchronisation alone
+ * (B: the call's count in bytes per part.) With a core per rank its copies run at the plain
+ * kernel rates (raw_*), slowed by memory once the callers' buffers leave the last-level
+ * cache (mem). With more ranks than cores, every synchronisation is a context switch and
+ * the ranks evict each other's caches on each one; the effective rates fitted to shm
+ * point-to-point runs describe that, and the arena's own working set (a chunk per rank)
+ * stays small, so mem does not apply. The allreduce terms were fitted against chorus-bench
+ * --algo all at 2 and 4 ranks on the 2-core development machine (within 20% from 8 KiB to
+ * 32 MiB); the others reuse those rates with their own byte counts. */
 static double tune_arena(const chorus_tune_params_t *p, const chorus_tune_topo_t *t,
-                         double bytes, double gamma_scale, double mem)
+                         chorus_coll_t coll, double bytes, double gamma_scale, double mem)
 {
     double n = t->nlocal, share = n < t->cores ? n : t->cores, work, sync, chunks, red, cpy;
+    double parts = coll == CHORUS_COLL_ALLTOALL || coll == CHORUS_COLL_REDUCE_SCATTER ? n : 1;
     int over = n > t->cores;
 
     if (over) {
@@ -432,14 +439,30 @@ static double tune_arena(const chorus_tune_params_t *p, const chorus_tune_topo_t
         cpy = p->raw_copy_ns * mem * 1e-3;
         sync = p->sync_us;
     }
-    if (bytes <= (double)t->arena_flat_max) {
-        work = n * (bytes * cpy + (n - 1) * bytes * red + p->step_us);
-        return work / share + 2 * sync;
+    chunks = t->arena_chunk_bytes > 0 ? parts * bytes / (double)t->arena_chunk_bytes : 1.0;
+    if (chunks < 1.0 || parts * bytes <= (double)t->arena_flat_max) chunks = 1.0;
+    switch (coll) {
+    case CHORUS_COLL_ALLREDUCE:
+    case CHORUS_COLL_REDUCE:
+        if (bytes <= (double)t->arena_flat_max) {
+            work = coll == CHORUS_COLL_REDUCE
+                       ? n * (bytes * cpy + p->step_us) + (n - 1) * bytes * red
+                       : n * (bytes * cpy + (n - 1) * bytes * red + p->step_us);
+            return work / share + 2 * sync;
+        }
+        work = n * ((coll == CHORUS_COLL_REDUCE ? 1 : 2) * bytes * cpy +
+                    (n - 1) / n * bytes * red + chunks * p->step_us);
+        if (coll == CHORUS_COLL_REDUCE) work += bytes * cpy;
+        return work / share + 3 * chunks * sync;
+    case CHORUS_COLL_ALLGATHER: work = n * (n + 1) * bytes * cpy; break;
+    case CHORUS_COLL_BROADCAST: work = n * bytes * cpy; break;
+    case CHORUS_COLL_ALLTOALL: work = n * (2 * n - 1) * bytes * cpy; break;
+    case CHORUS_COLL_REDUCE_SCATTER: work = n * ((n - 1) * bytes * (cpy + red)); break;
+    case CHORUS_COLL_BARRIER: work = 0.0; break;
+    default: return -1.0;
     }
-    chunks = t->arena_chunk_bytes > 0 ? bytes / (double)t->arena_chunk_bytes : 1.0;
-    if (chunks < 1.0) chunks = 1.0;
-    work = n * (2 * bytes * cpy + (n - 1) / n * bytes * red + chunks * p->step_us);
-    return work / share + 3 * chunks * sync;
+    work += n * chunks * p->step_us;
+    return work / share + 2 * chunks * sync;
 }
 
 /* Per-byte CPU work runs at cache speed while the host's working set (every local rank's
@@ -507,9 +530,10 @@ chorus_status_t chorus__tune_simulate(const chorus_tune_params_t *p, const choru
     gamma_scale = dtype == CHORUS_FLOAT16 || dtype == CHORUS_BFLOAT16 ? 3.0 : 1.0;
     mem = tune_mem_factor(p, topo, (double)count * (double)esize);
     if (algo == CHORUS_ALGO_ARENA) {
-        if (!topo->has_arena || coll != CHORUS_COLL_ALLREDUCE)
-            return CHORUS_ERR_UNSUPPORTED;
-        *us_p = tune_arena(p, topo, (double)count * (double)esize, gamma_scale, mem);
+        double us = topo->has_arena ? tune_arena(p, topo, coll, (double)count * (double)esize,
+                                                 gamma_scale, mem) : -1.0;
+        if (us < 0.0) return CHORUS_ERR_UNSUPPORTED;
+        *us_p = us;
         return CHORUS_SUCCESS;
     }
     if (!chorus__algo_supports(algo, coll)) return CHORUS_ERR_UNSUPPORTED;

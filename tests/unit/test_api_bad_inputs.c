@@ -563,9 +563,9 @@ static chorus_status_t tune_record_unwritable(void)
     X(tr_not_impl, "tune_record: tree does not run allgather",                                     \
       chorus_tune_record(R1, "allgather", 4096, "tree", 65536), INVAL,                             \
       "rank 1: chorus_tune_record: tree does not implement allgather")                             \
-    X(tr_arena_alltoall, "tune_record: the arena runs allreduce only",                             \
-      chorus_tune_record(W1, "alltoall", 4096, "arena", 65536), INVAL,                             \
-      "rank 0: chorus_tune_record: arena does not implement alltoall")                             \
+    X(tr_arena_sendrecv, "tune_record: the arena runs no sendrecv",                                \
+      chorus_tune_record(W1, "sendrecv", 4096, "arena", 65536), INVAL,                             \
+      "rank 0: chorus_tune_record: unknown collective \"sendrecv\"")                               \
     X(tr_bytes0, "tune_record: 0 bytes", chorus_tune_record(W1, "allreduce", 0, "ring", 65536),    \
       INVAL, "rank 0: chorus_tune_record: allreduce of 0 bytes")                                   \
     X(tr_bytes_huge, "tune_record: above 1 TiB",                                                   \

@@ -1,0 +1,359 @@
+/*
+ * Allgather, reduce_scatter, broadcast, alltoall and barrier through the shared arena.
+ *
+ * All five are one pattern: each rank writes what others need from it into its own slot,
+ * publishes a step, waits until every rank has published it, and then reads what it needs
+ * straight out of the others' slots (copying, or for reduce_scatter reducing all n sources
+ * in one pass, in rank order). So a byte is copied once into the segment and once out of
+ * it, where a schedule over the shm byte rings copies it in and out once per hop, and
+ * there is one synchronisation per chunk where a schedule has one per message and step.
+ *
+ * What a rank writes is `parts` parts of `count` elements: one (allgather: its vector;
+ * broadcast: the root's vector, nobody else writes) or one per rank (alltoall and
+ * reduce_scatter: the block meant for rank d goes to part d). Where the slot is:
+ *   - every part fits ARENA_INLINE bytes together: the control line itself, so that a
+ *     waiter gets step, signature and data in one cache-line transfer;
+ *   - they fit a flat slot: the flat slot of this operation's parity, one step;
+ *   - larger: in chunks through the staging slots (by the parity of the arena's chunk
+ *     counter), each chunk taking the same slice [i * ce, i * ce + ce) of every part.
+ *
+ * Per chunk i: write my parts' slice i, publish step s0 + i + 1, wait for every rank at
+ * it, read slice i. Reuse of the slots by parity is safe because a rank writes chunk i + 1
+ * into the slot of chunk i - 1 only after it saw every rank publish chunk i, which each did
+ * after reading chunk i - 1; across operations the same holds with the arena's chunk
+ * counter for the staging slots and the operation counter for the flat and inline ones
+ * (arena.c makes the same argument for allreduce, and every operation ends after a wait
+ * for every rank at its last step, so the two kinds interleave safely). Each operation's
+ * signature is published with its first step and checked before any peer data is read.
+ */
+#include "arena/arena_int.h"
+
+#include "kernels.h"
+#include "util/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { MOVE_STAGED, MOVE_FLAT, MOVE_INLINE };
+
+/* One data-moving collective on the arena. */
+typedef struct {
+    chorus_coll_t coll;
+    const uint8_t *send;
+    uint8_t *recv;
+    size_t count;   /* elements of one part */
+    size_t esize;
+    size_t parts;   /* parts a writer writes: 1 or n */
+    size_t ce;      /* elements of one part in one chunk */
+    size_t nchunks;
+    size_t traffic; /* bytes this rank moves in all (to choose streaming stores) */
+    int root;       /* broadcast: the local index that writes; -1 otherwise */
+    int own_in_slot; /* reduce_scatter in place: my own part goes through my slot too */
+    int where;      /* MOVE_* */
+    chorus_dtype_t dtype;
+    chorus_op_t op;
+    uint64_t g0;    /* the arena's chunk counter before the operation */
+    const char *what;
+} arena_move_t;
+
+/* Rank r's slot for chunk i of m. */
+static uint8_t *move_slot(const chorus_arena_t *a, const arena_move_t *m, int r, size_t i)
+{
+    size_t par = (size_t)(a->opno & 1);
+
+    switch (m->where) {
+    case MOVE_INLINE: return a->ctl[r].inl[par];
+    case MOVE_FLAT: return a->flat + ((size_t)r * 2 + par) * a->flat_slot;
+    default: return a->stage + ((size_t)r * 2 + (size_t)((m->g0 + i) & 1)) * a->chunk;
+    }
+}
+
+/* Elements of each part in chunk i. */
+static size_t move_len(const arena_move_t *m, size_t i)
+{
+    size_t off = i * m->ce;
+    return m->count - off < m->ce ? m->count - off : m->ce;
+}
+
+/* Byte offsets: of part p's slice i in a slot, and of element off of part p in a buffer. */
+static size_t move_slot_off(const arena_move_t *m, size_t p)
+{
+    return p * m->ce * m->esize;
+}
+
+static size_t move_buf_off(const arena_move_t *m, size_t p, size_t off)
+{
+    return (p * m->count + off) * m->esize;
+}
+
+static void move_copy(const arena_move_t *m, void *dst, const void *src, size_t bytes)
+{
+    if (bytes > ARENA_INLINE) chorus_kernel_copy_stream(dst, src, bytes, m->traffic);
+    else memcpy(dst, src, bytes);
+}
+
+/* My parts' slice i into my slot. */
+static void move_write(chorus_arena_t *a, const arena_move_t *m, size_t i)
+{
+    size_t off = i * m->ce, bytes = move_len(m, i) * m->esize;
+    uint8_t *slot = move_slot(a, m, a->me, i);
+
+    switch (m->coll) {
+    case CHORUS_COLL_BROADCAST:
+        if (a->me != m->root) return;
+        /* fall through */
+    case CHORUS_COLL_ALLGATHER: memcpy(slot, m->send + off * m->esize, bytes); return;
+    case CHORUS_COLL_ALLTOALL:
+    case CHORUS_COLL_REDUCE_SCATTER:
+        for (size_t d = 0; d < m->parts; d++)
+            if (d != (size_t)a->me || m->own_in_slot)
+                memcpy(slot + move_slot_off(m, d), m->send + move_buf_off(m, d, off), bytes);
+        return;
+    default: return;
+    }
+}
+
+/* Slice i of what I receive, out of every rank's slot. */
+static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_t i)
+{
+    size_t off = i * m->ce, len = move_len(m, i), bytes = len * m->esize;
+    size_t me = (size_t)a->me;
+    chorus_status_t status;
+
+    switch (m->coll) {
+    case CHORUS_COLL_ALLGATHER:
+        /* Mine first (from sendbuf, still in my cache; nothing to do in place), then the
+         * others from my right neighbour on, so that n readers do not all start on one
+         * writer's slot. */
+        if (m->send != m->recv + move_buf_off(m, me, 0))
+            move_copy(m, m->recv + move_buf_off(m, me, off), m->send + off * m->esize, bytes);
+        for (int k = 1; k < a->n; k++) {
+            int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
+            move_copy(m, m->recv + move_buf_off(m, (size_t)r, off), move_slot(a, m, r, i),
+                      bytes);
+        }
+        return CHORUS_SUCCESS;
+    case CHORUS_COLL_BROADCAST:
+        if (a->me != m->root) move_copy(m, m->recv + off * m->esize,
+                                        move_slot(a, m, m->root, i), bytes);
+        else if (m->send != m->recv)
+            move_copy(m, m->recv + off * m->esize, m->send + off * m->esize, bytes);
+        return CHORUS_SUCCESS;
+    case CHORUS_COLL_ALLTOALL:
+        if (m->send != m->recv)
+            move_copy(m, m->recv + move_buf_off(m, me, off), m->send + move_buf_off(m, me, off),
+                      bytes);
+        for (int k = 1; k < a->n; k++) {
+            int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
+            move_copy(m, m->recv + move_buf_off(m, (size_t)r, off),
+                      move_slot(a, m, r, i) + move_slot_off(m, me), bytes);
+        }
+        return CHORUS_SUCCESS;
+    case CHORUS_COLL_REDUCE_SCATTER:
+        for (int r = 0; r < a->n; r++)
+            a->srcs[r] = move_slot(a, m, r, i) + move_slot_off(m, me);
+        if (!m->own_in_slot) a->srcs[me] = m->send + move_buf_off(m, me, off);
+        status = chorus_kernel_reduce_multi(m->recv + off * m->esize, a->srcs, a->n, len,
+                                            m->dtype, m->op);
+        if (status != CHORUS_SUCCESS)
+            return arena__fail(a, chorus__error(status, "rank %d: arena: %s: reduce failed",
+                                                a->rank, m->what));
+        return CHORUS_SUCCESS;
+    default: return CHORUS_SUCCESS;
+    }
+}
+
+/* Chooses where the parts go and how they are cut into chunks. */
+static void move_plan(const chorus_arena_t *a, arena_move_t *m)
+{
+    size_t bytes = m->parts * m->count * m->esize, unit = ARENA_LINE / m->esize;
+
+    m->ce = m->count;
+    m->nchunks = 1;
+    if (bytes <= ARENA_INLINE) {
+        m->where = MOVE_INLINE;
+    } else if (bytes <= a->flat_slot) {
+        m->where = MOVE_FLAT;
+    } else {
+        m->where = MOVE_STAGED;
+        /* Slices of whole cache lines where the chunk allows, so that no two parts share
+         * a line; at least one element. */
+        m->ce = a->chunk / (m->parts * m->esize);
+        if (m->ce >= unit) m->ce -= m->ce % unit;
+        if (m->ce == 0) m->ce = 1;
+        if (m->ce > m->count) m->ce = m->count;
+        m->nchunks = (m->count + m->ce - 1) / m->ce;
+    }
+}
+
+/* Nonzero when m reads straight from its peers' buffers (arena_cma.c): decided from the
+ * signature alone (collective and size), so that every rank of a matching call takes the
+ * same path, and a mismatched one is caught at the first step, which both paths share. */
+static int move_single_copy(const chorus_arena_t *a, const arena_move_t *m)
+{
+    if (!a->cma || m->count * m->esize < a->cma_min) return 0;
+    return m->coll == CHORUS_COLL_ALLGATHER || m->coll == CHORUS_COLL_BROADCAST ||
+           m->coll == CHORUS_COLL_ALLTOALL;
+}
+
+/* The single-copy path: each rank publishes the address of what its peers need with the
+ * first step, every rank reads its share with process_vm_readv straight into its receive
+ * buffer, and a second step tells the owners that their buffers are free again. In-place
+ * alltoall offers a private copy of its input, since its own reads overwrite the buffer
+ * its peers would read. */
+static chorus_status_t move_cma(chorus_arena_t *a, const arena_move_t *m, uint64_t s0)
+{
+    size_t bytes = m->count * m->esize, me = (size_t)a->me;
+    const uint8_t *offer = m->send;
+    chorus_status_t status;
+
+    if (m->coll == CHORUS_COLL_BROADCAST && a->me != m->root) offer = NULL;
+    if (m->coll == CHORUS_COLL_ALLTOALL && m->send == m->recv) {
+        if (a->tmp_cap < bytes * (size_t)a->n) {
+            void *t = realloc(a->tmp, bytes * (size_t)a->n);
+            if (t == NULL)
+                return arena__fail(a, chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: arena: %s: "
+                                                    "no memory for %zu bytes", a->rank, m->what,
+                                                    bytes * (size_t)a->n));
+            a->tmp = t;
+            a->tmp_cap = bytes * (size_t)a->n;
+        }
+        memcpy(a->tmp, m->send, bytes * (size_t)a->n);
+        offer = a->tmp;
+    }
+    a->ctl[a->me].addr = (uint64_t)(uintptr_t)offer;
+    arena__publish(a, s0 + 1);
+    status = arena__wait_all(a, s0 + 1, m->what);
+    if (status == CHORUS_SUCCESS) status = arena__check_sigs(a, (int)(a->opno & 1), m->what);
+    if (status != CHORUS_SUCCESS) return status;
+    switch (m->coll) {
+    case CHORUS_COLL_BROADCAST:
+        if (a->me != m->root)
+            status = arena__cma_read(a, m->root, m->recv, a->ctl[m->root].addr, bytes, m->what);
+        else if (m->send != m->recv)
+            move_copy(m, m->recv, m->send, bytes);
+        break;
+    default: /* allgather, alltoall: mine first, then from my right neighbour on */
+        if (m->coll == CHORUS_COLL_ALLGATHER && m->send != m->recv + move_buf_off(m, me, 0))
+            move_copy(m, m->recv + move_buf_off(m, me, 0), m->send, bytes);
+        if (m->coll == CHORUS_COLL_ALLTOALL && m->send != m->recv)
+            move_copy(m, m->recv + move_buf_off(m, me, 0), m->send + move_buf_off(m, me, 0),
+                      bytes);
+        for (int k = 1; k < a->n && status == CHORUS_SUCCESS; k++) {
+            int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
+            uint64_t from = a->ctl[r].addr +
+                            (m->coll == CHORUS_COLL_ALLTOALL ? move_buf_off(m, me, 0) : 0);
+            status = arena__cma_read(a, r, m->recv + move_buf_off(m, (size_t)r, 0), from, bytes,
+                                     m->what);
+        }
+        break;
+    }
+    if (status != CHORUS_SUCCESS) return status;
+    arena__publish(a, s0 + 2);
+    return arena__wait_all(a, s0 + 2, m->what);
+}
+
+static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m, int root)
+{
+    uint64_t s0 = a->step;
+    chorus_status_t status;
+
+    if (m->esize == 0 || ARENA_LINE % m->esize != 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad dtype %d",
+                             a->rank, m->what, (int)m->dtype);
+    a->opno++;
+    m->g0 = a->gchunk;
+    move_plan(a, m);
+    arena__sig_set(a, m->coll, m->count, m->dtype, m->op, root < 0 ? 0 : root);
+    if (move_single_copy(a, m)) return move_cma(a, m, s0);
+    for (size_t i = 0; i < m->nchunks; i++) {
+        move_write(a, m, i);
+        arena__publish(a, s0 + i + 1);
+        status = arena__wait_all(a, s0 + i + 1, m->what);
+        if (status == CHORUS_SUCCESS && i == 0)
+            status = arena__check_sigs(a, (int)(a->opno & 1), m->what);
+        if (status == CHORUS_SUCCESS) status = move_read(a, m, i);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    if (m->where == MOVE_STAGED) a->gchunk += m->nchunks;
+    return CHORUS_SUCCESS;
+}
+
+static void move_init(arena_move_t *m, chorus_coll_t coll, const void *sendbuf, void *recvbuf,
+                      size_t count, chorus_dtype_t dtype, const char *what)
+{
+    memset(m, 0, sizeof *m);
+    m->coll = coll;
+    m->send = sendbuf;
+    m->recv = recvbuf;
+    m->count = count;
+    m->esize = chorus_dtype_size(dtype);
+    m->parts = 1;
+    m->root = -1;
+    m->dtype = dtype;
+    m->op = CHORUS_SUM;
+    m->what = what;
+}
+
+chorus_status_t chorus__arena_allgather(chorus_arena_t *arena, const void *sendbuf,
+                                        void *recvbuf, size_t sendcount, chorus_dtype_t dtype,
+                                        const char *what)
+{
+    arena_move_t m;
+
+    move_init(&m, CHORUS_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, what);
+    m.traffic = (size_t)arena->n * sendcount * m.esize * 2;
+    return move_run(arena, &m, -1);
+}
+
+chorus_status_t chorus__arena_reduce_scatter(chorus_arena_t *arena, const void *sendbuf,
+                                             void *recvbuf, size_t recvcount,
+                                             chorus_dtype_t dtype, chorus_op_t op,
+                                             const char *what)
+{
+    arena_move_t m;
+
+    move_init(&m, CHORUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, what);
+    m.parts = (size_t)arena->n;
+    m.op = op;
+    m.traffic = (size_t)arena->n * recvcount * m.esize * 2;
+    /* The kernel lets its destination alias only the first source: in place, my own part
+     * is read from my slot unless I am that first source. */
+    m.own_in_slot = recvbuf == m.send + move_buf_off(&m, (size_t)arena->me, 0) && arena->me != 0;
+    return move_run(arena, &m, -1);
+}
+
+chorus_status_t chorus__arena_broadcast(chorus_arena_t *arena, const void *sendbuf,
+                                        void *recvbuf, size_t count, chorus_dtype_t dtype,
+                                        int root, const char *what)
+{
+    arena_move_t m;
+
+    move_init(&m, CHORUS_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, what);
+    m.root = arena__local_index(arena, root);
+    if (m.root < 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad root %d",
+                             arena->rank, what, root);
+    m.traffic = count * m.esize * 2;
+    return move_run(arena, &m, m.root);
+}
+
+chorus_status_t chorus__arena_alltoall(chorus_arena_t *arena, const void *sendbuf,
+                                       void *recvbuf, size_t count_per_peer,
+                                       chorus_dtype_t dtype, const char *what)
+{
+    arena_move_t m;
+
+    move_init(&m, CHORUS_COLL_ALLTOALL, sendbuf, recvbuf, count_per_peer, dtype, what);
+    m.parts = (size_t)arena->n;
+    m.traffic = (size_t)arena->n * count_per_peer * m.esize * 4;
+    return move_run(arena, &m, -1);
+}
+
+chorus_status_t chorus__arena_barrier(chorus_arena_t *arena, const char *what)
+{
+    arena_move_t m;
+
+    move_init(&m, CHORUS_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, what);
+    return move_run(arena, &m, -1);
+}
