@@ -1,13 +1,18 @@
 #!/bin/sh
-# Runs the same allreduce (and allgather) sizes through Chorus (chorus-bench), Open MPI
-# (ompi-bench, bench/mpi) and Gloo (gloo-bench, bench/gloo) on local ranks, and prints one
-# table per rank count with each library's bus bandwidth and Chorus's ratio to the others.
+# Runs the same collectives and sizes through Chorus (chorus-bench), Open MPI (ompi-bench,
+# bench/mpi) and Gloo (gloo-bench, bench/gloo) on local ranks, and prints one table per
+# collective and rank count with each library's time per call and bus bandwidth and the
+# ratios between Chorus and each peer.
 #
 #   make compare-peers            # builds ompi-bench and gloo-bench where possible
 #   sh bench/compare.sh           # or: make bench-compare
 #   sh bench/compare.sh -n "2 4" -b 8 -e 16M -f 4 -c allreduce -r 3 -o /tmp/cmp
+#   sh bench/compare.sh -n "2 4" -b 8 -e 1M -f 8 -c all
 #   sh bench/compare.sh -t tcp -n "2 4 8" -b 64K -e 256M -c allreduce -r 2
 #
+# -c lists the collectives: allreduce allgather reduce_scatter broadcast reduce alltoall
+# barrier, or all of them (all); float32, sum, root 0. The peers print chorus-bench's rows
+# with its size and count conventions, buffer contents and checks (bench/mpi/peer.h).
 # -t picks the transport. shm (the default): Chorus as it chooses for local ranks (its shm
 # transport), Open MPI's vader BTL, Gloo over loopback tcp (Gloo has nothing else). tcp:
 # Chorus with CHORUS_TRANSPORT=tcp, Open MPI with the ob1 PML and the tcp BTL on lo only
@@ -19,21 +24,28 @@
 # machine; "chorus/ceil" is Chorus's busbw over it (1.00 would be the kernel's limit).
 # -g lists Gloo's allreduce algorithms to run (GLOO_BENCH_ALGO of gloo-bench: ring, bcube,
 # ring_chunked, halving_doubling, bcube_legacy); default ring for shm, all five for tcp.
-# With more than one, the Gloo column is "gloo-best", each size's fastest algorithm, named in
-# a last column, and Chorus's ratio is to that best. Allgather runs Gloo's one allgather.
-# Under each table a "# worst ratio" line gives, over the sizes >= 64 KiB, the lowest
-# Chorus/peer ratio and where it was (the acceptance compares ratios there).
+# With more than one, the Gloo columns of allreduce are each size's fastest algorithm, named
+# in a last column, and Chorus's ratios are to that best. The other collectives have one
+# Gloo implementation each.
 #
-# All three print nccl-tests rows with the same columns; busbw is recomputed here from the
-# slowest rank's out-of-place time (us) with the nccl-tests factors, allreduce 2(n-1)/n and
-# allgather (n-1)/n, so that small sizes keep their digits. The ratios are Chorus's busbw
-# over the peer's (above 1: Chorus is faster). A peer that is not installed or not built is
-# reported as "skipped: <reason>" and its columns show "-". Sizes run in bands with fewer
-# iterations for the large ones (see band_iters) to keep the whole run to a few minutes on
-# a small machine. Every result is checked (-c 1): a wrong value or a failed run prints
-# FAIL in its column, and the exit status is then 1. On a shared machine, -r R runs every
-# band R times and keeps each size's best time, so that a rank preempted by someone
-# else's process does not decide a row.
+# Every table has, for each library, the slowest rank's out-of-place time per call (us)
+# and the busbw computed here from it with the nccl-tests bytes and factors (allreduce
+# 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; broadcast, reduce 1; the bytes are
+# the row's size column, which is count * 4 times n for the per-rank counts), so that
+# small sizes keep their digits. Ratios: peer time / Chorus time, and Chorus busbw / peer
+# busbw; above 1, Chorus is faster. The acceptance compares time per call up to 32 KiB and
+# busbw from 64 KiB, so under each table "# worst ratio up to 32 KiB (time)" and "# worst
+# ratio from 64 KiB (busbw)" give the lowest ratio over those sizes and where it was. A
+# barrier has no size: its table is one row of time per call. Sizes whose split moves no
+# data (allgather, reduce_scatter and alltoall below 4n bytes) show n/a.
+#
+# A peer that is not installed or not built is reported as "skipped: <reason>" and its
+# columns show "-"; so is a collective that a peer program skips (exit status 77). Sizes run
+# in bands with fewer iterations for the large ones (see band_iters) to keep the whole run
+# to a few minutes on a small machine. Every result is checked (-c 1): a wrong value or a
+# failed run prints FAIL in its column, and the exit status is then 1. On a shared machine,
+# -r R runs every band R times and keeps each size's best time, so that a rank preempted by
+# someone else's process does not decide a row.
 #
 # Environment: BUILD (default build) holds bin/chorusrun, bin/chorus-bench, bin/ompi-bench,
 # bin/gloo-bench and bin/tcp-ceiling; MPIRUN (default mpirun.openmpi); MPIRUN_ARGS (default
@@ -70,7 +82,9 @@ usage: $0 [-t shm|tcp] [-n "2 4 8"] [-b 8] [-e 64M] [-f 4] [-c "allreduce allgat
           [-g "gloo algorithms"] [-r 1] [-o DIR]
   -t  transport (shm: Chorus shm, Open MPI vader; tcp: both on loopback tcp)
   -n  rank counts          -b/-e  smallest/largest size (K M G)   -f  size factor
-  -c  collectives          -r     runs of each band; the best time of each size is kept
+  -c  collectives: allreduce allgather reduce_scatter broadcast reduce alltoall barrier,
+      or all
+  -r  runs of each band; the best time of each size is kept
   -g  Gloo allreduce algorithms: ring bcube ring_chunked halving_doubling bcube_legacy
       (default: ring for shm, all of them for tcp; the best of each size is shown)
   -o  keep every raw table in DIR (default: a temp dir, removed unless a run failed)
@@ -101,12 +115,18 @@ to_bytes() {
     *) echo $(($1)) ;;
     esac
 }
-min=$(to_bytes "$min") && max=$(to_bytes "$max") || usage
-[ "$factor" -ge 2 ] 2>/dev/null && [ "$repeat" -ge 1 ] 2>/dev/null || usage
-[ "$min" -ge 1 ] && [ "$min" -le "$max" ] || usage
+if ! min=$(to_bytes "$min") || ! max=$(to_bytes "$max"); then usage; fi
+if ! [ "$factor" -ge 2 ] 2>/dev/null || ! [ "$repeat" -ge 1 ] 2>/dev/null; then usage; fi
+if ! [ "$min" -ge 1 ] || ! [ "$min" -le "$max" ]; then usage; fi
+all_colls="allreduce allgather reduce_scatter broadcast reduce alltoall barrier"
 for c in $colls; do
-    case $c in allreduce | allgather) ;; *) usage ;; esac
+    case $c in
+    all) colls=$all_colls ;;
+    allreduce | allgather | reduce_scatter | broadcast | reduce | alltoall | barrier) ;;
+    *) usage ;;
+    esac
 done
+[ -n "$colls" ] || usage
 case $transport in
 shm) MPIRUN_ARGS=${MPIRUN_ARGS:-$MPIRUN_ARGS_SHM}; : "${gloo_algos:=ring}" ;;
 tcp)
@@ -189,8 +209,11 @@ lo_bytes() { cat "$lo_stats" 2>/dev/null || echo 0; }
 
 # run LIB N COLL BMIN BMAX ITERS WARMUP: appends the rows of one band to $outdir/LIB.N.COLL
 # as "size count time_us wrong_out wrong_in" (the best time and the most wrong values of
-# the $repeat runs), or FAIL lines when a run failed. LIB is chorus, ompi or gloo-ALGO.
-# The bytes lo carried meanwhile are added up in $outdir/LIB.N.COLL.lo.
+# the $repeat runs; size is the row's size column, the bytes of its larger buffer; a wrong
+# count is "-" where the row has none, as the barrier's), or FAIL lines when a run failed,
+# or SKIP lines when the program skipped the collective (exit status 77; its reason goes to
+# $outdir/LIB.N.COLL.skip). LIB is chorus, ompi or gloo-ALGO. The bytes lo carried
+# meanwhile are added up in $outdir/LIB.N.COLL.lo.
 run() {
     lib=$1 n=$2 coll=$3 blo=$4 bhi=$5
     args="$coll -b $blo -e $bhi -f $factor -n $6 -w $7 -c 1"
@@ -227,11 +250,20 @@ run() {
         lo1=$(lo_bytes)
         echo $((lo1 - lo0)) >>"$outdir/$lib.$n.$coll.lo"
         cat "$raw.band" >>"$raw"
-        # Rows are the lines whose first field (after chorusrun's "[0] ") is a number.
+        # Rows are the lines whose first field (after chorusrun's "[0] ") is a number; an
+        # unchecked #wrong (N/A, or "-" where there is no in-place half) becomes "-".
         sed -e 's/^\[[0-9]*\] *//' "$raw.band" |
-            awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $2, $6, $9, $13 }' >"$raw.one"
+            awk '$1 ~ /^[0-9]+$/ && NF >= 13 {
+                print $1, $2, $6, ($9 ~ /^[0-9]+$/ ? $9 : "-"), ($13 ~ /^[0-9]+$/ ? $13 : "-") }' \
+            >"$raw.one"
         got=$(wc -l <"$raw.one")
-        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        if [ "$rc" -eq 77 ]; then
+            # The program cannot run this collective here and said why ("skipped: ...").
+            sed -n 's/^\(\[[0-9]*\] *\)\{0,1\}skipped: //p' "$raw.band" | head -n 1 \
+                >"$outdir/$lib.$n.$coll.skip"
+            [ -s "$outdir/$lib.$n.$coll.skip" ] || echo "exit status 77" >"$outdir/$lib.$n.$coll.skip"
+            ok=2
+        elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
             echo "compare: $lib -n $n $args timed out after $TIMEOUT s (COMPARE_TIMEOUT)" \
                 "with $got of $want rows; see $raw" >&2
             ok=0
@@ -241,14 +273,18 @@ run() {
         elif [ "$k" -eq 0 ]; then
             cp "$raw.one" "$raw.rows"
         else
-            paste -d ' ' "$raw.rows" "$raw.one" | awk '{
-                t = $8 < $3 ? $8 : $3; wo = $9 > $4 ? $9 : $4; wi = $10 > $5 ? $10 : $5
-                print $1, $2, t, wo, wi }' >"$raw.best" && mv "$raw.best" "$raw.rows"
+            paste -d ' ' "$raw.rows" "$raw.one" | awk '
+                function most(a, b) { return a == "-" ? b : b == "-" ? a : (b + 0 > a + 0 ? b : a) }
+                { print $1, $2, ($8 + 0 < $3 + 0 ? $8 : $3), most($4, $9), most($5, $10) }' \
+                >"$raw.best" && mv "$raw.best" "$raw.rows"
         fi
         k=$((k + 1))
     done
     if [ "$ok" -eq 1 ]; then
         cat "$raw.rows" >>"$outdir/$lib.$n.$coll"
+    elif [ "$ok" -eq 2 ]; then
+        i=0
+        while [ "$i" -lt "$want" ]; do echo "SKIP" >>"$outdir/$lib.$n.$coll"; i=$((i + 1)); done
     else
         i=0
         while [ "$i" -lt "$want" ]; do echo "FAIL" >>"$outdir/$lib.$n.$coll"; i=$((i + 1)); done
@@ -287,21 +323,28 @@ run_ceiling() {
 }
 
 # Runs every library over every band of sizes for one rank count and collective, then
-# merges the Gloo algorithms into $outdir/gloo.N.COLL.
+# merges the Gloo algorithms into $outdir/gloo.N.COLL. A barrier is one run of one row.
 run_all() {
     n=$1 coll=$2
     glibs=""
-    if [ "$coll" = allgather ]; then
-        glibs=gloo-ring
-    else
+    if [ "$coll" = allreduce ]; then
         for a in $gloo_algos; do glibs="$glibs gloo-$a"; done
+    else
+        # GLOO_BENCH_ALGO picks an allreduce only: the other collectives run once.
+        glibs=gloo-ring
     fi
-    [ "$transport" = tcp ] && run_ceiling "$n"
+    [ "$transport" = tcp ] && [ "$coll" != barrier ] && run_ceiling "$n"
     for lib in chorus ompi $glibs; do
         : >"$outdir/$lib.$n.$coll"
         : >"$outdir/$lib.$n.$coll.lo"
+        rm -f "$outdir/$lib.$n.$coll.skip"
         [ "$lib" = ompi ] && [ -n "$ompi_skip" ] && continue
         case $lib in gloo-*) [ -n "$gloo_skip" ] && continue ;; esac
+        if [ "$coll" = barrier ]; then
+            # shellcheck disable=SC2046
+            run "$lib" "$n" barrier "$min" "$min" $(band_iters 0)
+            continue
+        fi
         lo="" prev_band=""
         for s in $sizes; do
             band=$(band_iters "$s")
@@ -323,30 +366,79 @@ run_all() {
 # merge_gloo N COLL GLOO-LIB...: for every size the fastest correct row of the Gloo
 # algorithms goes to $outdir/gloo.N.COLL and its algorithm's name to gloo.N.COLL.algo. A
 # size where every algorithm failed stays FAIL (and a failed algorithm already set the
-# exit status); nothing at all when Gloo was skipped.
+# exit status), one where every algorithm was skipped SKIP (the reason in
+# gloo.N.COLL.skip); nothing at all when Gloo was skipped.
 merge_gloo() {
     n=$1 coll=$2
     shift 2
     : >"$outdir/gloo.$n.$coll"
     : >"$outdir/gloo.$n.$coll.algo"
+    rm -f "$outdir/gloo.$n.$coll.skip"
     [ -n "$gloo_skip" ] && return
     for g in "$@"; do
+        [ -f "$outdir/$g.$n.$coll.skip" ] && cp "$outdir/$g.$n.$coll.skip" "$outdir/gloo.$n.$coll.skip"
         awk -v algo="${g#gloo-}" '{ print FNR, algo, $0 }' "$outdir/$g.$n.$coll"
-    done | awk -v out="$outdir/gloo.$n.$coll" -v names="$outdir/gloo.$n.$coll.algo" '
+    done | awk -v out="$outdir/gloo.$n.$coll" -v names="$outdir/gloo.$n.$coll.algo" \
+        -v coll="$coll" '
+        # A wrong count other than 0 fails the row; "-" (none) is right only for a barrier.
+        function bad(w) { return w == "-" ? coll != "barrier" : w != 0 }
         {
             i = $1; if (i > rows) rows = i
-            if ($3 == "FAIL" || $6 != 0 || $7 != 0) next
-            if (!(i in best) || $5 < t[i]) {
-                best[i] = $3 " " $4 " " $5 " " $6 " " $7; t[i] = $5; name[i] = $2
+            if ($3 == "SKIP") { skip[i] = 1; next }
+            if ($3 == "FAIL" || bad($6) || bad($7)) next
+            if (!(i in best) || $5 + 0 < t[i]) {
+                best[i] = $3 " " $4 " " $5 " " $6 " " $7; t[i] = $5 + 0; name[i] = $2
             }
         }
         END {
             for (i = 1; i <= rows; i++) {
-                print (i in best ? best[i] : "FAIL") >out
+                print (i in best ? best[i] : i in skip ? "SKIP" : "FAIL") >out
                 print (i in best ? name[i] : "-") >names
             }
         }'
 }
+
+# The awk functions both kinds of table use. A row of the row files is "size count time_us
+# wrong_out wrong_in", or FAIL, or SKIP (the program skipped the collective), or empty (the
+# library was skipped); coll is the collective.
+table_awk='
+    # A wrong count other than 0 fails the row; "-" (none) is right only for a barrier.
+    function bad(w) { return w == "-" ? coll != "barrier" : w != 0 }
+    # "" for a row with numbers to show, else what its columns show instead.
+    function state(row,   a) {
+        if (row == "" || row == "SKIP") return "-"
+        if (row == "FAIL") return "FAIL"
+        split(row, a, " ")
+        return bad(a[4]) || bad(a[5]) ? "FAIL" : ""
+    }
+    # Time per call (us). A size whose split moves no data (count 0) shows n/a: Gloo
+    # does not even make such a call, so there is nothing to compare.
+    function tm(row,   a, st) {
+        if ((st = state(row)) != "") return st
+        split(row, a, " ")
+        return a[2] == 0 && coll != "barrier" ? "n/a" : a[3] + 0
+    }
+    # busbw (GB/s) from the time: the bytes are the row size column (nccl-tests: count * 4,
+    # times n for the per-rank and per-peer counts), f the collective busbw factor.
+    function bw(row, f,   a, st) {
+        if ((st = state(row)) != "") return st
+        split(row, a, " ")
+        if (a[3] <= 0 || a[2] == 0) return "n/a"
+        return a[1] / (a[3] * 1000) * f
+    }
+    # "-" (skipped) is no number, though made of the same characters.
+    function num(x) { return x ~ /^[0-9.e+-]+$/ && x ~ /[0-9]/ }
+    function showt(x) {
+        if (!num(x)) return sprintf("%9s", x)
+        return sprintf(x >= 1000 ? "%9.0f" : x >= 10 ? "%9.1f" : "%9.2f", x)
+    }
+    function showb(x) { return num(x) ? sprintf("%9.3g", x) : sprintf("%9s", x) }
+    function ratio(a, b) {
+        if (num(a) && num(b) && b > 0) return sprintf("%11.2f", a / b)
+        return sprintf("%11s", "-")
+    }
+    function at(v, where) { return v == "" ? "-" : sprintf("%.2f at %s", v, where) }
+'
 
 # Prints the table of one rank count and collective from the three row files.
 table() {
@@ -354,26 +446,39 @@ table() {
     echo
     best=0
     [ "$coll" = allreduce ] && [ "$ngloo" -gt 1 ] && best=1
-    if [ "$transport" = tcp ]; then
-        echo "# $coll float32, $n ranks over loopback tcp: busbw (GB/s) from the slowest rank's"
-        echo "# out-of-place time; ratios are Chorus busbw / peer busbw"
+    over=""
+    [ "$transport" = tcp ] && over=" over loopback tcp"
+    if [ "$coll" = barrier ]; then
+        echo "# barrier, $n ranks$over: the slowest rank's time per call (us);"
+        echo "# ratios are peer time / Chorus time (above 1: Chorus is faster)"
     else
-        echo "# $coll float32, $n ranks: busbw (GB/s) from the slowest rank's out-of-place time;"
-        echo "# ratios are Chorus busbw / peer busbw"
+        echo "# $coll float32, $n ranks$over: the slowest rank's out-of-place time per call"
+        echo "# and busbw from it; ratios above 1: Chorus is faster (peer time / Chorus time,"
+        echo "# Chorus busbw / peer busbw)"
+    fi
+    [ "$best" -eq 1 ] && echo "# gloo-best: each size's fastest Gloo algorithm (gloo-algo)"
+    [ -f "$outdir/ompi.$n.$coll.skip" ] && echo "# Open MPI $coll: skipped: $(cat "$outdir/ompi.$n.$coll.skip")"
+    [ -f "$outdir/gloo.$n.$coll.skip" ] && echo "# Gloo $coll: skipped: $(cat "$outdir/gloo.$n.$coll.skip")"
+    if [ "$coll" = barrier ]; then
+        paste -d '|' "$outdir/chorus.$n.$coll" "$outdir/ompi.$n.$coll" "$outdir/gloo.$n.$coll" |
+            awk -F '|' -v coll="$coll" "$table_awk"'
+            BEGIN {
+                printf "%12s  %9s  %9s  %9s  %11s  %11s\n", "", "chorus", "ompi", "gloo",
+                       "ompi/chorus", "gloo/chorus"
+            }
+            {
+                c = tm($1); o = tm($2); g = tm($3)
+                printf "%12s  %s  %s  %s  %s  %s\n", "barrier", showt(c), showt(o), showt(g),
+                       ratio(o, c), ratio(g, c)
+            }'
+        return
     fi
     ceil=0 ceilf=/dev/null
     [ "$transport" = tcp ] && ceil=1 ceilf="$outdir/ceil.$n"
     paste -d '|' "$outdir/chorus.$n.$coll" "$outdir/ompi.$n.$coll" "$outdir/gloo.$n.$coll" \
         "$outdir/gloo.$n.$coll.algo" "$ceilf" |
-        awk -F '|' -v n="$n" -v coll="$coll" -v sizes="$sizes" -v best="$best" -v ceil="$ceil" '
-        function bw(row, f,   a) {
-            if (row == "") return "-"
-            if (row == "FAIL") return "FAIL"
-            split(row, a, " ")
-            if (a[4] != 0 || a[5] != 0) return "FAIL"
-            if (a[3] <= 0 || a[2] == 0) return "n/a"
-            return a[2] * 4 * (coll == "allgather" ? n : 1) / (a[3] * 1000) * f
-        }
+        awk -F '|' -v n="$n" -v coll="$coll" -v sizes="$sizes" -v best="$best" -v ceil="$ceil" \
+        "$table_awk"'
         # tcp-ceiling rows are "size time_us busbw"; busbw again from the time, for digits.
         function ceilbw(row,   a) {
             if (row == "") return "-"
@@ -382,59 +487,52 @@ table() {
             if (a[2] <= 0) return "n/a"
             return int(2 * (n - 1) * a[1] / n) / (a[2] * 1000)
         }
-        # "-" (skipped) is no number, though made of the same characters.
-        function num(x) { return x ~ /^[0-9.e+-]+$/ && x ~ /[0-9]/ }
-        function show(x) { return num(x) ? sprintf("%9.3g", x) : sprintf("%9s", x) }
-        function ratio(a, b) {
-            if (num(a) && num(b) && b > 0) return sprintf("%11.2f", a / b)
-            return sprintf("%11s", "-")
-        }
-        function lat(row,   a) {
-            if (row == "" || row == "FAIL") return row == "" ? "-" : "FAIL"
-            split(row, a, " ")
-            return sprintf("%.2f", a[3])
-        }
         BEGIN {
             split(sizes, sz, " ")
-            f = coll == "allgather" ? (n - 1) / n : 2 * (n - 1) / n
-            printf "%12s  %9s  %9s  %9s  %11s  %11s", "size (B)", "chorus", "ompi",
-                   (best ? "gloo-best" : "gloo"), "chorus/ompi", "chorus/gloo"
+            f = coll == "allreduce" ? 2 * (n - 1) / n : coll ~ /^(broadcast|reduce)$/ ? 1 : (n - 1) / n
+            g = best ? "gloo-best" : "gloo"
+            printf "#%11s  %-31s  %-24s  %-31s  %s\n", "", "time per call (us)",
+                   "time: peer/chorus", "busbw (GB/s)", "busbw: chorus/peer"
+            printf "%12s  %9s  %9s  %9s  %11s  %11s  %9s  %9s  %9s  %11s  %11s", "size (B)",
+                   "chorus", "ompi", g, "ompi/chorus", "gloo/chorus", "chorus", "ompi", g,
+                   "chorus/ompi", "chorus/gloo"
             if (ceil) printf "  %9s  %11s", "tcp-ceil", "chorus/ceil"
             printf "%s\n", (best ? "  gloo-algo" : "")
         }
         {
+            tc = tm($1); to = tm($2); tg = tm($3)
             c = bw($1, f); o = bw($2, f); g = bw($3, f); k = ceilbw($5)
-            printf "%12s  %s  %s  %s  %s  %s", sz[NR], show(c), show(o), show(g),
+            printf "%12s  %s  %s  %s  %s  %s  %s  %s  %s  %s  %s", sz[NR], showt(tc), showt(to),
+                   showt(tg), ratio(to, tc), ratio(tg, tc), showb(c), showb(o), showb(g),
                    ratio(c, o), ratio(c, g)
-            if (ceil) printf "  %s  %s", show(k), ratio(c, k)
+            if (ceil) printf "  %s  %s", showb(k), ratio(c, k)
             printf "%s\n", (best ? "  " ($4 == "" ? "-" : $4) : "")
-            # The worst ratios from 64 KiB up, where the acceptance compares.
+            # The acceptance compares time per call up to 32 KiB and busbw from 64 KiB up:
+            # the worst ratio of each band, and where it was.
+            if (sz[NR] + 0 <= 32768) {
+                if (num(to) && num(tc) && tc > 0 && (wto == "" || to / tc < wto)) {
+                    wto = to / tc; wtos = sz[NR]
+                }
+                if (num(tg) && num(tc) && tc > 0 && (wtg == "" || tg / tc < wtg)) {
+                    wtg = tg / tc; wtgs = sz[NR]
+                }
+                small = 1
+            }
             if (sz[NR] + 0 >= 65536) {
                 if (num(c) && num(o) && o > 0 && (wo == "" || c / o < wo)) { wo = c / o; wos = sz[NR] }
                 if (num(c) && num(g) && g > 0 && (wg == "" || c / g < wg)) { wg = c / g; wgs = sz[NR] }
-                if (num(c) && num(k) && k > 0 && (wk == "" || c / k < wk)) {
-                    wk = c / k; wks = sz[NR]
-                }
+                if (num(c) && num(k) && k > 0 && (wk == "" || c / k < wk)) { wk = c / k; wks = sz[NR] }
                 big = 1
-            }
-            # The latency line uses the smallest size that moves data.
-            if (latsize == "" && $1 != "FAIL" && $1 != "") {
-                split($1, a, " ")
-                if (a[2] > 0) {
-                    latsize = sz[NR]; lc = lat($1); lo = lat($2); lg = lat($3)
-                }
             }
         }
         END {
-            if (latsize != "")
-                printf "# %s B latency (us): chorus %s  ompi %s  gloo %s\n", latsize, lc, lo, lg
+            if (small)
+                printf "# worst ratio up to 32 KiB (time): ompi/chorus %s  gloo/chorus %s\n",
+                       at(wto, wtos), at(wtg, wtgs)
             if (big)
-                printf "# worst ratio from 64 KiB: chorus/ompi %s%s  chorus/gloo %s%s\n",
-                       (wo == "" ? "-" : sprintf("%.2f", wo)), (wo == "" ? "" : " at " wos),
-                       (wg == "" ? "-" : sprintf("%.2f", wg)), (wg == "" ? "" : " at " wgs)
-            if (big && ceil)
-                printf "# lowest chorus/ceil from 64 KiB: %s%s\n",
-                       (wk == "" ? "-" : sprintf("%.2f", wk)), (wk == "" ? "" : " at " wks)
+                printf "# worst ratio from 64 KiB (busbw): chorus/ompi %s  chorus/gloo %s\n",
+                       at(wo, wos), at(wg, wgs)
+            if (big && ceil) printf "# lowest chorus/ceil from 64 KiB: %s\n", at(wk, wks)
         }'
     if [ "$transport" = tcp ]; then
         # Byte counts pass the shell's arithmetic by: awk adds them up.

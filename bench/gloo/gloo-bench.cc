@@ -1,7 +1,9 @@
 /*
- * gloo-bench: Gloo's allreduce (any of its algorithms) and gloo::allgather over Gloo's TCP
- * transport, timed and checked exactly as chorus-bench times and checks Chorus, for
- * bench/compare.sh. The driver is bench/mpi/peer.h, shared with ompi-bench.
+ * gloo-bench: Gloo's allreduce (any of its algorithms), gloo::allgather,
+ * ReduceScatterHalvingDoubling, gloo::broadcast, gloo::reduce, gloo::alltoall and
+ * gloo::barrier over Gloo's TCP transport, timed and checked exactly as chorus-bench times
+ * and checks the same Chorus collectives, for bench/compare.sh. The driver is
+ * bench/mpi/peer.h, shared with ompi-bench.
  *
  * Every rank is a process started by bench/gloo/gloorun.sh (or by
  * tests/cluster/cluster_compare.sh), which sets
@@ -18,6 +20,12 @@
  *   GLOO_BENCH_HOST                   the address the TCP device binds (default 127.0.0.1);
  *   GLOO_BENCH_IFACE                  or the interface it binds (instead of the address).
  *
+ * Gloo lacks some of the forms chorus-bench times, and the program pays what a Gloo user
+ * would to get them: out-of-place reduce_scatter copies the input into a scratch buffer
+ * and the block out of it (the class only works in place), in-place alltoall copies the
+ * input aside first. An in-place reduce_scatter leaves the block at the start of the
+ * buffer, as MPI_IN_PLACE does, and the check reads it there.
+ *
  *   GLOO_BENCH_ALGO=halving_doubling bench/gloo/gloorun.sh -n 4 build/bin/gloo-bench \
  *       allreduce -b 8 -e 64M -f 4
  */
@@ -28,9 +36,20 @@
 #include <gloo/allreduce_bcube.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
+#include <gloo/broadcast.h>
 #include <gloo/config.h>
 #include <gloo/math.h>
+#include <gloo/reduce.h>
+/* Gloo's only reduce-scatter is the classic ReduceScatterHalvingDoubling class, defined
+ * in full in this header; a libgloo-dev without it gets a "skipped" reduce_scatter. */
+#if __has_include(<gloo/reduce_scatter.h>)
+#include <gloo/reduce_scatter.h>
+#define HAVE_GLOO_REDUCE_SCATTER 1
+#else
+#define HAVE_GLOO_REDUCE_SCATTER 0
+#endif
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
@@ -63,11 +82,18 @@ const AlgoName algo_names[] = {
 struct GlooBench {
     std::shared_ptr<gloo::Context> context;
     AlgoKind algo = ALGO_RING;
-    /* The classic algorithm object, bound to one buffer and count: rebuilt only when the
-     * driver moves to another size, so that the timed loop measures run() alone. */
+    /* The classic algorithm objects (an allreduce, the reduce-scatter), each bound to one
+     * buffer and count: built by the driver's setup() before the timed loop of a size and
+     * placement, so that the loop measures run() alone. */
     std::unique_ptr<gloo::Algorithm> classic;
     float *classic_buf = nullptr;
     size_t classic_count = 0;
+    std::unique_ptr<gloo::Algorithm> rs;
+    float *rs_buf = nullptr;
+    size_t rs_count = 0;
+    /* Room for a whole input where Gloo has no form that reads it where the driver has it:
+     * reduce_scatter out of place, alltoall in place. Allocated (and touched) once. */
+    std::vector<float> scratch;
 };
 
 using ReduceFn = void (*)(void *, const void *, const void *, size_t);
@@ -84,62 +110,147 @@ template <typename F> int guarded(const char *what, F &&fn)
     }
 }
 
-/* The classic algorithms reduce in place: out of place, the input is first copied to the
- * output (a memcpy that Gloo's users pay too, as PyTorch does for these classes). */
-void classic_allreduce(GlooBench *b, const float *send, float *recv, size_t count, int in_place)
+/* Builds the classic allreduce object for this buffer and count, unless it is there. */
+void classic_ready(GlooBench *b, float *recv, size_t count)
 {
     if (count > static_cast<size_t>(INT32_MAX)) throw std::runtime_error("count over 2^31");
-    if (b->classic == nullptr || b->classic_buf != recv || b->classic_count != count) {
-        std::vector<float *> ptrs{recv};
-        int n = static_cast<int>(count);
-        b->classic.reset();
-        switch (b->algo) {
-        case ALGO_RING_CHUNKED:
-            b->classic.reset(new gloo::AllreduceRingChunked<float>(b->context, ptrs, n));
-            break;
-        case ALGO_HALVING_DOUBLING:
-            b->classic.reset(new gloo::AllreduceHalvingDoubling<float>(b->context, ptrs, n));
-            break;
-        default:
-            b->classic.reset(new gloo::AllreduceBcube<float>(b->context, ptrs, n));
-            break;
-        }
-        b->classic_buf = recv;
-        b->classic_count = count;
+    if (b->classic != nullptr && b->classic_buf == recv && b->classic_count == count) return;
+    std::vector<float *> ptrs{recv};
+    int n = static_cast<int>(count);
+    b->classic.reset();
+    switch (b->algo) {
+    case ALGO_RING_CHUNKED:
+        b->classic.reset(new gloo::AllreduceRingChunked<float>(b->context, ptrs, n));
+        break;
+    case ALGO_HALVING_DOUBLING:
+        b->classic.reset(new gloo::AllreduceHalvingDoubling<float>(b->context, ptrs, n));
+        break;
+    default: b->classic.reset(new gloo::AllreduceBcube<float>(b->context, ptrs, n)); break;
     }
-    if (!in_place) memcpy(recv, send, count * sizeof(float));
+    b->classic_buf = recv;
+    b->classic_count = count;
+}
+
+/* The classic algorithms reduce in place: out of place, the input is first copied to the
+ * output (a memcpy that Gloo's users pay too, as PyTorch does for these classes). */
+void classic_allreduce(GlooBench *b, const peer_call_t &call)
+{
+    classic_ready(b, call.recv, call.count);
+    if (!call.in_place) memcpy(call.recv, call.send, call.count * sizeof(float));
     b->classic->run();
 }
 
-int gloo_coll(void *ctx, int coll, const float *send, float *recv, size_t count, int in_place)
+/* ReduceScatterHalvingDoubling reduces a whole buffer of n * count elements in place and
+ * leaves this rank's block at its start. In place that buffer is the driver's own
+ * (call.send, the whole input; in_place_rs_at_start tells the driver where the result
+ * is); out of place the class has no separate input or output, so the input is copied
+ * into scratch, reduced there, and the block copied out to recv, as a user of the class
+ * with separate buffers must. */
+void rs_ready(GlooBench *b, const peer_call_t &call)
 {
-    GlooBench *b = static_cast<GlooBench *>(ctx);
+#if HAVE_GLOO_REDUCE_SCATTER
+    float *buf = call.in_place ? const_cast<float *>(call.send) : b->scratch.data();
+    size_t n = static_cast<size_t>(b->context->size), total = call.count * n;
 
-    /* Gloo divides by the element count (SIGFPE on 0): an empty call is a no-op, as it is
-     * for MPI and Chorus, so it is not made. */
-    if (count == 0) return 0;
-    return guarded(coll == PEER_ALLGATHER ? "allgather" : "allreduce", [&] {
-        if (coll == PEER_ALLGATHER) {
-            gloo::AllgatherOptions opts(b->context);
-            /* Without an input Gloo takes this rank's slot of the output: in place. */
-            if (!in_place) opts.setInput(const_cast<float *>(send), count);
-            opts.setOutput(recv, count * static_cast<size_t>(b->context->size));
-            gloo::allgather(opts);
-            return;
-        }
+    /* The class counts elements and bytes in ints. */
+    if (total > static_cast<size_t>(INT32_MAX) / sizeof(float))
+        throw std::runtime_error("buffer over 2 GiB");
+    if (b->rs != nullptr && b->rs_buf == buf && b->rs_count == call.count) return;
+    if (!call.in_place && b->scratch.size() < total) throw std::runtime_error("no scratch");
+    b->rs.reset();
+    b->rs.reset(new gloo::ReduceScatterHalvingDoubling<float>(
+        b->context, std::vector<float *>{buf}, static_cast<int>(total),
+        std::vector<int>(n, static_cast<int>(call.count))));
+    b->rs_buf = buf;
+    b->rs_count = call.count;
+#else
+    (void)b;
+    (void)call;
+    throw std::runtime_error("no gloo/reduce_scatter.h");
+#endif
+}
+
+void reduce_scatter(GlooBench *b, const peer_call_t &call)
+{
+    size_t total = call.count * static_cast<size_t>(b->context->size);
+
+    rs_ready(b, call);
+    if (!call.in_place) memcpy(b->scratch.data(), call.send, total * sizeof(float));
+    b->rs->run();
+    if (!call.in_place) memcpy(call.recv, b->scratch.data(), call.count * sizeof(float));
+}
+
+void run_coll(GlooBench *b, const peer_call_t &call)
+{
+    size_t n = static_cast<size_t>(b->context->size);
+    float *send = const_cast<float *>(call.send);
+    const ReduceFn sum = static_cast<ReduceFn>(&gloo::sum<float>);
+
+    switch (call.coll) {
+    case PEER_ALLREDUCE: {
         if (b->algo != ALGO_RING && b->algo != ALGO_BCUBE) {
-            classic_allreduce(b, send, recv, count, in_place);
+            classic_allreduce(b, call);
             return;
         }
         gloo::AllreduceOptions opts(b->context);
         opts.setAlgorithm(b->algo == ALGO_BCUBE ? gloo::AllreduceOptions::Algorithm::BCUBE
                                                 : gloo::AllreduceOptions::Algorithm::RING);
         /* Without an input the output is reduced in place. */
-        if (!in_place) opts.setInput(const_cast<float *>(send), count);
-        opts.setOutput(recv, count);
-        opts.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<float>));
+        if (!call.in_place) opts.setInput(send, call.count);
+        opts.setOutput(call.recv, call.count);
+        opts.setReduceFunction(sum);
         gloo::allreduce(opts);
-    });
+        return;
+    }
+    case PEER_ALLGATHER: {
+        gloo::AllgatherOptions opts(b->context);
+        /* Without an input Gloo takes this rank's slot of the output: in place. */
+        if (!call.in_place) opts.setInput(send, call.count);
+        opts.setOutput(call.recv, call.count * n);
+        gloo::allgather(opts);
+        return;
+    }
+    case PEER_REDUCE_SCATTER: reduce_scatter(b, call); return;
+    case PEER_BROADCAST: {
+        gloo::BroadcastOptions opts(b->context);
+        /* Only the root may have an input; without one it sends from its output (in
+         * place), with one it also copies it to its output, as chorus_broadcast does. */
+        if (!call.in_place && b->context->rank == call.root) opts.setInput(send, call.count);
+        opts.setOutput(call.recv, call.count);
+        opts.setRoot(call.root);
+        gloo::broadcast(opts);
+        return;
+    }
+    case PEER_REDUCE: {
+        gloo::ReduceOptions opts(b->context);
+        /* Without an input the output is the input (in place). Every rank needs an
+         * output: the ring reduces into it before the root gathers the blocks. */
+        if (!call.in_place) opts.setInput(send, call.count);
+        opts.setOutput(call.recv, call.count);
+        opts.setRoot(call.root);
+        opts.setReduceFunction(sum);
+        gloo::reduce(opts);
+        return;
+    }
+    case PEER_ALLTOALL: {
+        gloo::AlltoallOptions opts(b->context);
+        size_t total = call.count * n;
+        /* gloo::alltoall posts every send from the input and every receive into the output
+         * at once, so with one buffer for both a block can be overwritten before it is
+         * sent (tried: wrong values from 64 B up). In place, the input is first copied
+         * aside, as its users must. */
+        if (call.in_place) {
+            if (b->scratch.size() < total) throw std::runtime_error("no scratch");
+            memcpy(b->scratch.data(), call.recv, total * sizeof(float));
+            send = b->scratch.data();
+        }
+        opts.setInput(send, total);
+        opts.setOutput(call.recv, total);
+        gloo::alltoall(opts);
+        return;
+    }
+    default: throw std::runtime_error("unknown collective");
+    }
 }
 
 int gloo_barrier(void *ctx)
@@ -150,6 +261,30 @@ int gloo_barrier(void *ctx)
         gloo::BarrierOptions opts(b->context);
         gloo::barrier(opts);
     });
+}
+
+int gloo_coll(void *ctx, const peer_call_t *call)
+{
+    GlooBench *b = static_cast<GlooBench *>(ctx);
+
+    if (call->coll == PEER_BARRIER) return gloo_barrier(ctx);
+    /* Gloo divides by the element count (SIGFPE on 0): an empty call is a no-op, as it is
+     * for MPI and Chorus, so it is not made. */
+    if (call->count == 0) return 0;
+    return guarded(peer_coll_names[call->coll], [&] { run_coll(b, *call); });
+}
+
+/* Builds the classic objects before a timed loop (peer_backend_t.setup). */
+int gloo_setup(void *ctx, const peer_call_t *call)
+{
+    GlooBench *b = static_cast<GlooBench *>(ctx);
+
+    if (call->count == 0) return 0;
+    if (call->coll == PEER_ALLREDUCE && b->algo != ALGO_RING && b->algo != ALGO_BCUBE)
+        return guarded("allreduce setup", [&] { classic_ready(b, call->recv, call->count); });
+    if (call->coll == PEER_REDUCE_SCATTER)
+        return guarded("reduce_scatter setup", [&] { rs_ready(b, *call); });
+    return 0;
 }
 
 template <typename T> int gloo_reduce_one(GlooBench *b, T *value, ReduceFn fn, const char *what)
@@ -211,7 +346,7 @@ int main(int argc, char **argv)
     const char *algo = getenv("GLOO_BENCH_ALGO");
     const char *host = getenv("GLOO_BENCH_HOST");
     const char *iface = getenv("GLOO_BENCH_IFACE");
-    char library[128];
+    char library[160], variant[64] = "";
     bool known = false;
 
     if (peer_parse(argc, argv, "gloo-bench", &opt) != 0) return 2;
@@ -232,6 +367,16 @@ int main(int argc, char **argv)
                         "halving_doubling, bcube_legacy\n", algo);
         return 2;
     }
+    if (opt.coll == PEER_REDUCE_SCATTER && !HAVE_GLOO_REDUCE_SCATTER) {
+        if (rank == 0)
+            printf("skipped: this libgloo-dev has no gloo/reduce_scatter.h "
+                   "(ReduceScatterHalvingDoubling)\n");
+        return PEER_EXIT_SKIPPED;
+    }
+    /* Whole inputs for the forms Gloo lacks (see the scratch member), touched now so that
+     * no page fault lands in a timed loop. */
+    if (opt.coll == PEER_REDUCE_SCATTER || opt.coll == PEER_ALLTOALL)
+        bench.scratch.assign(opt.max_bytes / sizeof(float) + 16, 0.0f);
     if (guarded("rendezvous", [&] {
             gloo::transport::tcp::attr attr;
             if (iface != nullptr && *iface != '\0')
@@ -246,11 +391,17 @@ int main(int argc, char **argv)
             bench.context = context;
         }) != 0)
         return 1;
-    snprintf(library, sizeof(library), "Gloo %d.%d.%d tcp %s, allreduce %s", GLOO_VERSION_MAJOR,
+    /* GLOO_BENCH_ALGO picks among the allreduce algorithms only; the other collectives have
+     * one each. */
+    if (opt.coll == PEER_ALLREDUCE)
+        snprintf(variant, sizeof(variant), ", allreduce %s", algo);
+    else if (opt.coll == PEER_REDUCE_SCATTER)
+        snprintf(variant, sizeof(variant), ", ReduceScatterHalvingDoubling");
+    snprintf(library, sizeof(library), "Gloo %d.%d.%d tcp %s%s", GLOO_VERSION_MAJOR,
              GLOO_VERSION_MINOR, GLOO_VERSION_PATCH,
              iface != nullptr && *iface != '\0' ? iface : host != nullptr && *host != '\0' ? host
                                                                                        : "loopback",
-             algo);
+             variant);
     memset(&be, 0, sizeof(be));
     be.prog = "gloo-bench";
     be.library = library;
@@ -258,9 +409,11 @@ int main(int argc, char **argv)
     be.nranks = size;
     be.ctx = &bench;
     be.coll = gloo_coll;
+    be.setup = gloo_setup;
     be.barrier = gloo_barrier;
     be.max_double = gloo_max_double;
     be.sum_u64 = gloo_sum_u64;
     be.gather_pids = gloo_gather_pids;
+    be.in_place_rs_at_start = 1;
     return peer_main(&be, &opt);
 }

@@ -1,6 +1,7 @@
 /*
- * ompi-bench: MPI_Allreduce and MPI_Allgather timed and checked exactly as chorus-bench
- * times and checks chorus_allreduce and chorus_allgather, for bench/compare.sh.
+ * ompi-bench: MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast,
+ * MPI_Reduce, MPI_Alltoall and MPI_Barrier timed and checked exactly as chorus-bench times
+ * and checks the same Chorus collectives, for bench/compare.sh (the driver is peer.h).
  *
  *   mpirun.openmpi --allow-run-as-root --oversubscribe -np 4 \
  *       build/bin/ompi-bench allreduce -b 8 -e 64M -f 4
@@ -12,19 +13,55 @@
 #include <mpi.h>
 
 /* MPI's default error handler aborts the job, which is what a benchmark wants, so the
- * return codes are only turned into the 0/1 of peer_backend_t. */
-static int ompi_coll(void *ctx, int coll, const float *send, float *recv, size_t count,
-                     int in_place)
+ * return codes are only turned into the 0/1 of peer_backend_t. In place, each call is
+ * MPI's own in-place form of the layout peer.h describes. ctx is this rank's number. */
+static int ompi_coll(void *ctx, const peer_call_t *call)
 {
-    const void *in = in_place ? MPI_IN_PLACE : (const void *)send;
-    int rc;
+    const void *in = call->in_place ? MPI_IN_PLACE : (const void *)call->send;
+    float *recv = call->recv;
+    int count = (int)call->count, rank = *(const int *)ctx, rc;
 
-    (void)ctx;
-    if (count > (size_t)2147483647) return 1;
-    if (coll == PEER_ALLGATHER)
-        rc = MPI_Allgather(in, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD);
-    else
-        rc = MPI_Allreduce(in, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (call->count > (size_t)2147483647) return 1;
+    switch (call->coll) {
+    case PEER_ALLREDUCE:
+        rc = MPI_Allreduce(in, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case PEER_ALLGATHER:
+        rc = MPI_Allgather(in, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+    case PEER_REDUCE_SCATTER:
+        /* In place the input is the whole buffer (call->send) and MPI leaves this rank's
+         * block at its start (in_place_rs_at_start). */
+        rc = MPI_Reduce_scatter_block(in, call->in_place ? (float *)call->send : recv, count,
+                                      MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case PEER_BROADCAST:
+        /* MPI_Bcast has one buffer. Out of place the root sends from its send buffer and
+         * then copies it to its receive buffer, which chorus_broadcast also fills; the
+         * other ranks receive into recv directly. */
+        if (call->in_place || rank != call->root) {
+            rc = MPI_Bcast(recv, count, MPI_FLOAT, call->root, MPI_COMM_WORLD);
+        } else {
+            rc = MPI_Bcast((void *)call->send, count, MPI_FLOAT, call->root, MPI_COMM_WORLD);
+            memcpy(recv, call->send, call->count * sizeof(float));
+        }
+        break;
+    case PEER_REDUCE:
+        /* MPI_IN_PLACE is the root's alone; in place the other ranks pass their buffer as
+         * the input and no receive buffer: MPI uses it on the root only, and here it would
+         * alias the input, which MPI forbids. */
+        if (call->in_place && rank != call->root)
+            rc = MPI_Reduce(call->send, NULL, count, MPI_FLOAT, MPI_SUM, call->root,
+                            MPI_COMM_WORLD);
+        else
+            rc = MPI_Reduce(in, recv, count, MPI_FLOAT, MPI_SUM, call->root, MPI_COMM_WORLD);
+        break;
+    case PEER_ALLTOALL:
+        rc = MPI_Alltoall(in, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+    case PEER_BARRIER: rc = MPI_Barrier(MPI_COMM_WORLD); break;
+    default: return 1;
+    }
     return rc != MPI_SUCCESS;
 }
 
@@ -76,7 +113,9 @@ int main(int argc, char **argv)
     snprintf(library, sizeof(library), "%.*s", (int)strcspn(version, ",\n"), version);
     be.prog = "ompi-bench";
     be.library = library;
+    be.ctx = &be.rank;
     be.coll = ompi_coll;
+    be.in_place_rs_at_start = 1;
     be.barrier = ompi_barrier;
     be.max_double = ompi_max_double;
     be.sum_u64 = ompi_sum_u64;

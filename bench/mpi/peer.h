@@ -1,10 +1,21 @@
 /*
  * The driver shared by the peer benchmarks that chorus-bench is compared with
  * (bench/mpi/ompi-bench.c for Open MPI, bench/gloo/gloo-bench.cc for Gloo): the options,
- * the sizes, the timing, the checks and the table, with the conventions of chorus-bench
- * and nccl-tests (bench/README.md), so that the three tables line up column for column.
- * Only allreduce (sum) and allgather of float32 are measured, the two collectives that all
- * three libraries implement the same way.
+ * the sizes, the buffer contents, the timing, the checks and the table, with the
+ * conventions of chorus-bench and nccl-tests (bench/README.md), so that the three tables
+ * line up row for row and column for column. Every collective that the three libraries
+ * share is measured: allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall and
+ * barrier, in float32 with sum and root 0 (-r picks another root).
+ *
+ * What must match chorus-bench, and where chorus-bench defines it:
+ *   counts and in-place layout  bench_counts() in bench/chorus-bench/data.c (peer_counts)
+ *   values filled and expected  gen() and expected() in data.c (peer_value, peer_expected)
+ *   receive buffers             0xa5 bytes; results compared bit for bit (memcmp)
+ *   timing                      bench_row_time() in run.c: barrier, the timed calls, the
+ *                               slowest rank's mean; algbw/busbw with the nccl-tests bytes
+ *                               and factors (bandwidth() in run.c)
+ *   rows                        print_columns(), time_sizes() and print_half() in run.c,
+ *                               with the iters column; the barrier is one row of size 0
  *
  * Each program fills a peer_backend_t with its library's calls and hands it to
  * peer_main(). The header is written in the common subset of C11 and C++17 because the
@@ -13,6 +24,7 @@
 #ifndef CHORUS_BENCH_PEER_H
 #define CHORUS_BENCH_PEER_H
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,37 +33,90 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { PEER_ALLREDUCE, PEER_ALLGATHER };
+/* chorus-bench's collectives in its order (coll_t in bench/chorus-bench/bench.h), less
+ * sendrecv, which has no counterpart among the peers' collectives. */
+enum {
+    PEER_ALLREDUCE,
+    PEER_ALLGATHER,
+    PEER_REDUCE_SCATTER,
+    PEER_BROADCAST,
+    PEER_REDUCE,
+    PEER_ALLTOALL,
+    PEER_BARRIER,
+    PEER_NCOLLS
+};
 
-/* The library under test. Every call returns 0 on success and nonzero after printing why.
- * coll(): count is the element count of the call (per rank for allgather); in place, send
- * points into recv as bench/README.md describes and the backend passes its own in-place
- * form (MPI_IN_PLACE, no Gloo input). */
+static const char *const peer_coll_names[PEER_NCOLLS] = {
+    "allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "barrier"};
+
+/* The exit status of a collective that a library cannot run here, after a line
+ * "skipped: <reason>" (as chorus-bench and the tests use it). */
+#define PEER_EXIT_SKIPPED 77
+
+/* Elements of each buffer for one size, exactly as bench_counts() in chorus-bench. In
+ * place, send is base + send_off * rank and recv is base + recv_off * rank. */
+typedef struct {
+    size_t send, recv, param, send_off, recv_off;
+} peer_counts_t;
+
+/* One call, with the arguments chorus-bench passes to Chorus for the same row:
+ *   count     the call's count argument: every element for allreduce, broadcast and
+ *             reduce, per rank for allgather and reduce_scatter, per peer for alltoall, 0
+ *             for barrier;
+ *   send/recv out of place, two buffers; in place, both point into one buffer as
+ *             chorus-bench lays it out (allgather: send = recv + rank * count;
+ *             reduce_scatter: recv = send + rank * count, send being the whole input;
+ *             the others: send == recv). The backend makes its library's in-place call
+ *             (MPI_IN_PLACE, no Gloo input);
+ *   root      broadcast and reduce. */
+typedef struct {
+    int coll;
+    const float *send;
+    float *recv;
+    size_t count;
+    int root;
+    int in_place;
+} peer_call_t;
+
+/* The library under test. Every call returns 0 on success and nonzero after printing why. */
 typedef struct {
     const char *prog;    /* "ompi-bench" */
-    const char *library; /* "Open MPI 4.1.4" */
+    const char *library; /* "Open MPI v4.1.4" */
     int rank, nranks;
     void *ctx;
-    int (*coll)(void *ctx, int coll, const float *send, float *recv, size_t count, int in_place);
-    int (*barrier)(void *ctx);
+    /* One collective, PEER_BARRIER included. */
+    int (*coll)(void *ctx, const peer_call_t *call);
+    /* Optional (NULL): builds what the library binds once to a buffer and size (Gloo's
+     * algorithm objects), so that the timed loop that follows measures the calls alone,
+     * as those objects' users run them. Called before every series of calls on the same
+     * pointers and count (warm-up, timed loop and check); coll() must still work without. */
+    int (*setup)(void *ctx, const peer_call_t *call);
+    int (*barrier)(void *ctx);                    /* synchronisation before timed loops */
     int (*max_double)(void *ctx, double *value);  /* in place, over the ranks */
     int (*sum_u64)(void *ctx, uint64_t *value);   /* in place, over the ranks */
     int (*gather_pids)(void *ctx, int32_t *pids); /* nranks entries, optional (NULL) */
+    /* 1 when an in-place reduce_scatter leaves this rank's block at the start of the
+     * buffer (MPI's MPI_IN_PLACE rule, Gloo's ReduceScatterHalvingDoubling) rather than at
+     * recv (chorus-bench's layout, after nccl-tests): the check then reads it there, so
+     * that the timed call stays the library's own in-place call without an extra copy. */
+    int in_place_rs_at_start;
 } peer_backend_t;
 
 typedef struct {
     int coll;
     size_t min_bytes, max_bytes, factor;
-    int iters, warmup, check;
+    int iters, warmup, check, root;
 } peer_opts_t;
 
 static void peer_usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s allreduce|allgather [-b SIZE] [-e SIZE] [-f N] [-n N] [-w N] [-c 0|1]\n"
-            "  float32 only; sum for allreduce. Options as chorus-bench (bench/README.md):\n"
-            "  -b/-e smallest/largest size (K M G suffixes), -f size factor (>= 2),\n"
-            "  -n timed iterations, -w warm-up iterations, -c check the results.\n",
+            "usage: %s COLLECTIVE [-b SIZE] [-e SIZE] [-f N] [-n N] [-w N] [-c 0|1] [-r ROOT]\n"
+            "  COLLECTIVE: allreduce allgather reduce_scatter broadcast reduce alltoall barrier\n"
+            "  (nccl-tests names such as all_reduce_perf work too). float32 only, sum for the\n"
+            "  reductions. Options as chorus-bench (bench/README.md): -b/-e smallest/largest\n"
+            "  size (K M G suffixes), -f size factor (>= 2), -n timed iterations, -w warm-up\n"
+            "  iterations, -c check the results, -r root of broadcast and reduce (0).\n",
             prog);
 }
 
@@ -73,27 +138,44 @@ static int peer_parse_size(const char *text, size_t *bytes_p)
     return 0;
 }
 
+/* Copies a collective name lower-cased, without its underscores and without a trailing
+ * "_perf", as chorus-bench compares them, so that the nccl-tests names (all_reduce_perf)
+ * are accepted too. */
+static void peer_squeeze(const char *text, char *out, size_t size)
+{
+    size_t n = 0;
+
+    for (; *text != '\0' && strcmp(text, "_perf") != 0 && n + 1 < size; text++)
+        if (*text != '_') out[n++] = (char)tolower((unsigned char)*text);
+    out[n] = '\0';
+}
+
 /* Parses argv (argv[1] is the collective); returns 0, or -1 after printing the usage. */
 static int peer_parse(int argc, char **argv, const char *prog, peer_opts_t *opt)
 {
+    char name[32], want[32];
     size_t v;
 
-    opt->coll = PEER_ALLREDUCE;
+    opt->coll = -1;
     opt->min_bytes = opt->max_bytes = (size_t)32 << 20;
     opt->factor = 2;
     opt->iters = 20;
     opt->warmup = 5;
     opt->check = 1;
+    opt->root = 0;
     if (argc < 2) goto err_usage;
-    if (strcmp(argv[1], "allreduce") == 0 || strcmp(argv[1], "all_reduce_perf") == 0)
-        opt->coll = PEER_ALLREDUCE;
-    else if (strcmp(argv[1], "allgather") == 0 || strcmp(argv[1], "all_gather_perf") == 0)
-        opt->coll = PEER_ALLGATHER;
-    else
-        goto err_usage;
+    peer_squeeze(argv[1], name, sizeof(name));
+    for (int c = 0; c < PEER_NCOLLS; c++) {
+        peer_squeeze(peer_coll_names[c], want, sizeof(want));
+        if (strcmp(name, want) == 0) opt->coll = c;
+    }
+    if (opt->coll < 0) goto err_usage;
     for (int i = 2; i < argc; i += 2) {
         if (argv[i][0] != '-' || argv[i][1] == '\0' || argv[i][2] != '\0' || i + 1 >= argc)
             goto err_usage;
+        /* Only float32 and sum are measured; -d and -o are accepted so that a chorus-bench
+         * command line runs. */
+        if (argv[i][1] == 'd' || argv[i][1] == 'o') continue;
         if (peer_parse_size(argv[i + 1], &v) != 0) goto err_usage;
         switch (argv[i][1]) {
         case 'b': opt->min_bytes = v; break;
@@ -102,12 +184,11 @@ static int peer_parse(int argc, char **argv, const char *prog, peer_opts_t *opt)
         case 'n': opt->iters = (int)v; break;
         case 'w': opt->warmup = (int)v; break;
         case 'c': opt->check = v != 0; break;
-        case 'd':
-        case 'o': break; /* only float32 sum; accepted so that a chorus-bench line runs */
+        case 'r': opt->root = v < 1000000 ? (int)v : -1; break;
         default: goto err_usage;
         }
     }
-    if (opt->factor < 2 || opt->iters < 1 || opt->min_bytes > opt->max_bytes ||
+    if (opt->factor < 2 || opt->iters < 1 || opt->root < 0 || opt->min_bytes > opt->max_bytes ||
         opt->max_bytes > ((size_t)1 << 33))
         goto err_usage;
     return 0;
@@ -116,54 +197,139 @@ err_usage:
     return -1;
 }
 
-/* Element counts for a size, as chorus-bench splits it: allreduce moves count elements,
- * allgather count/n from each rank, and the size shown is the larger buffer. */
-static size_t peer_count(int coll, size_t bytes, int nranks, size_t *shown_p)
+static int peer_reduces(int coll)
 {
-    size_t count = bytes / sizeof(float);
-
-    if (coll == PEER_ALLGATHER) count /= (size_t)nranks;
-    *shown_p = (coll == PEER_ALLGATHER ? count * (size_t)nranks : count) * sizeof(float);
-    return count;
+    return coll == PEER_ALLREDUCE || coll == PEER_REDUCE_SCATTER || coll == PEER_REDUCE;
 }
 
-/* Exact small integers: any order of summation over up to 16k ranks gives the same float. */
-static float peer_value(int rank, size_t i)
+static int peer_rooted(int coll)
 {
-    return (float)((7 * i + 31 * (size_t)rank + 1) % 1025);
+    return coll == PEER_BROADCAST || coll == PEER_REDUCE;
 }
 
-/* Fills send with this rank's values and recv with 0xa5 bytes, a negative float that no
- * correct result holds; in place, send is the rank's slot of recv. */
-static void peer_prepare(const peer_backend_t *be, int coll, size_t count, int in_place,
-                         float *sendbuf, float *recvbuf, float **send_p)
+/* The split of count elements (size / 4) among the buffers, as bench_counts(). */
+static peer_counts_t peer_counts(int coll, size_t count, int nranks)
 {
-    size_t recv_count = coll == PEER_ALLGATHER ? count * (size_t)be->nranks : count;
-    float *send = sendbuf;
+    size_t n = (size_t)nranks, per = count / n;
+    peer_counts_t c;
 
-    memset(recvbuf, 0xa5, recv_count * sizeof(float));
-    if (in_place) send = coll == PEER_ALLGATHER ? recvbuf + (size_t)be->rank * count : recvbuf;
-    for (size_t i = 0; i < count; i++)
-        send[i] = peer_value(be->rank, i);
-    *send_p = send;
+    c.send = c.recv = c.param = count;
+    c.send_off = c.recv_off = 0;
+    switch (coll) {
+    case PEER_ALLGATHER:
+        c.send = c.param = c.send_off = per;
+        c.recv = per * n;
+        break;
+    case PEER_REDUCE_SCATTER:
+        c.send = per * n;
+        c.recv = c.param = c.recv_off = per;
+        break;
+    case PEER_ALLTOALL:
+        c.send = c.recv = per * n;
+        c.param = per;
+        break;
+    case PEER_BARRIER: c.send = c.recv = c.param = 0; break;
+    default: break; /* allreduce, broadcast, reduce: count in and out */
+    }
+    return c;
 }
 
-static uint64_t peer_count_wrong(const peer_backend_t *be, int coll, size_t count,
-                                 const float *recv)
+/* The size column: the larger buffer in bytes. */
+static size_t peer_shown(const peer_counts_t *c)
 {
+    return (c->send > c->recv ? c->send : c->recv) * sizeof(float);
+}
+
+/* chorus-bench's exact_limit() for float32: sums of values up to it stay exact. */
+#define PEER_EXACT_LIMIT ((int64_t)1 << 20)
+
+/* The value rank r holds at index i of its send buffer: gen() of chorus-bench for float32
+ * and sum. For the sums, b(i) + 2((r + i) mod n) with b(i) bounded so that the total over
+ * the ranks stays exact whatever order a library adds in; for the collectives that move
+ * data, (7i + 31r + 1) mod (L + 1). */
+static float peer_value(int coll, int nranks, int r, size_t i)
+{
+    int64_t n = nranks;
+
+    if (peer_reduces(coll)) {
+        int64_t b_max = PEER_EXACT_LIMIT / n - (n - 1);
+        if (b_max < 0) b_max = 0;
+        return (float)((int64_t)(i % (size_t)(b_max + 1)) +
+                       2 * (int64_t)((i + (size_t)r) % (size_t)n));
+    }
+    return (float)((7 * i + 31 * (size_t)r + 1) % (size_t)(PEER_EXACT_LIMIT + 1));
+}
+
+/* The sum over the ranks at index i: exact, so the float is the one any order gives. */
+static float peer_sum(int coll, int nranks, size_t i)
+{
+    double s = 0.0;
+
+    for (int r = 0; r < nranks; r++)
+        s += peer_value(coll, nranks, r, i);
+    return (float)s;
+}
+
+/* Element j of this rank's result, as expected() in chorus-bench. */
+static float peer_expected(const peer_backend_t *be, int coll, size_t per, int root, size_t j)
+{
+    int n = be->nranks;
+
+    switch (coll) {
+    case PEER_REDUCE_SCATTER: return peer_sum(coll, n, (size_t)be->rank * per + j);
+    case PEER_BROADCAST: return peer_value(coll, n, root, j);
+    case PEER_ALLGATHER: return peer_value(coll, n, (int)(j / per), j % per);
+    case PEER_ALLTOALL: return peer_value(coll, n, (int)(j / per), (size_t)be->rank * per + j % per);
+    default: return peer_sum(coll, n, j); /* allreduce, reduce */
+    }
+}
+
+/* The pointers of a call on this size, as chorus-bench times it: two buffers out of place,
+ * one buffer (recvbuf) laid out with the in-place offsets in place. */
+static peer_call_t peer_call(const peer_backend_t *be, const peer_opts_t *opt,
+                             const peer_counts_t *c, int in_place, float *sendbuf, float *recvbuf)
+{
+    peer_call_t call;
+    size_t rank = (size_t)be->rank;
+
+    call.coll = opt->coll;
+    call.send = in_place ? recvbuf + c->send_off * rank : sendbuf;
+    call.recv = in_place ? recvbuf + c->recv_off * rank : recvbuf;
+    call.count = c->param;
+    call.root = opt->root;
+    call.in_place = in_place;
+    return call;
+}
+
+/* Fills the buffers of a checked call, as bench_prepare(): recv (in place: the whole
+ * buffer) with 0xa5 bytes, a negative float that no correct result holds, and send with
+ * this rank's values. */
+static void peer_prepare(const peer_backend_t *be, const peer_call_t *call, const peer_counts_t *c,
+                         float *recvbuf)
+{
+    size_t base = c->send > c->recv ? c->send : c->recv;
+    float *send = (float *)call->send; /* the driver's own buffer, written before the call */
+
+    memset(call->in_place ? recvbuf : call->recv, 0xa5,
+           (call->in_place ? base : c->recv) * sizeof(float));
+    for (size_t i = 0; i < c->send; i++)
+        send[i] = peer_value(call->coll, be->nranks, be->rank, i);
+}
+
+/* Result elements of this rank that differ bit for bit from the expected ones, as
+ * bench_count_wrong(): reduce writes only on the root. */
+static uint64_t peer_count_wrong(const peer_backend_t *be, const peer_call_t *call,
+                                 const peer_counts_t *c)
+{
+    const float *result = call->recv;
     uint64_t wrong = 0;
 
-    if (coll == PEER_ALLGATHER) {
-        for (int r = 0; r < be->nranks; r++)
-            for (size_t i = 0; i < count; i++)
-                wrong += recv[(size_t)r * count + i] != peer_value(r, i);
-        return wrong;
-    }
-    for (size_t i = 0; i < count; i++) {
-        double expect = 0.0;
-        for (int r = 0; r < be->nranks; r++)
-            expect += peer_value(r, i);
-        wrong += recv[i] != (float)expect;
+    if (call->coll == PEER_REDUCE && be->rank != call->root) return 0;
+    if (call->coll == PEER_REDUCE_SCATTER && call->in_place && be->in_place_rs_at_start)
+        result = call->send;
+    for (size_t j = 0; j < c->recv; j++) {
+        float want = peer_expected(be, call->coll, c->param, call->root, j);
+        wrong += memcmp(&result[j], &want, sizeof(float)) != 0;
     }
     return wrong;
 }
@@ -176,6 +342,29 @@ static double peer_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* algbw and busbw in GB/s with the bytes and factors of nccl-tests, as bandwidth() in
+ * chorus-bench: bytes are count * 4, times n for allgather, reduce_scatter and alltoall
+ * (whose count is per rank or per peer); the barrier moves none. */
+static void peer_bandwidth(int coll, int nranks, size_t count, double sec, double *algbw_p,
+                           double *busbw_p)
+{
+    double n = nranks, bytes = (double)count * sizeof(float), factor = 1.0;
+
+    switch (coll) {
+    case PEER_ALLREDUCE: factor = 2.0 * (n - 1) / n; break;
+    case PEER_ALLGATHER:
+    case PEER_REDUCE_SCATTER:
+    case PEER_ALLTOALL:
+        bytes *= n;
+        factor = (n - 1) / n;
+        break;
+    case PEER_BARRIER: bytes = 0.0; break;
+    default: break; /* broadcast, reduce: 1 */
+    }
+    *algbw_p = sec > 0.0 ? bytes / 1.0e9 / sec : 0.0;
+    *busbw_p = *algbw_p * factor;
+}
+
 typedef struct {
     const peer_backend_t *be;
     peer_opts_t opt;
@@ -185,35 +374,37 @@ typedef struct {
     int bw_count;
 } peer_run_t;
 
+static int peer_setup(const peer_backend_t *be, const peer_call_t *call)
+{
+    return be->setup != NULL ? be->setup(be->ctx, call) : 0;
+}
+
 /* One half of a row (out of place or in place): the slowest rank's mean time over the
  * timed iterations, then one checked call on fresh data. Returns 0 or -1. */
-static int peer_half(peer_run_t *run, size_t count, int in_place)
+static int peer_half(peer_run_t *run, const peer_counts_t *c, int in_place)
 {
     const peer_backend_t *be = run->be;
-    int coll = run->opt.coll;
-    float *send =
-        in_place ? (coll == PEER_ALLGATHER ? run->recvbuf + (size_t)be->rank * count : run->recvbuf)
-                 : run->sendbuf;
-    double n = be->nranks, sec, algbw, busbw, usec;
-    double bytes = (double)count * sizeof(float) * (coll == PEER_ALLGATHER ? n : 1.0);
-    double factor = coll == PEER_ALLGATHER ? (n - 1) / n : 2.0 * (n - 1) / n;
+    peer_call_t call = peer_call(be, &run->opt, c, in_place, run->sendbuf, run->recvbuf);
+    double sec, algbw, busbw, usec;
     char wrong_str[32] = "  N/A";
 
-    if (be->barrier(be->ctx) != 0) return -1;
+    if (peer_setup(be, &call) != 0 || be->barrier(be->ctx) != 0) return -1;
     double start = peer_now();
     for (int it = 0; it < run->opt.iters; it++)
-        if (be->coll(be->ctx, coll, send, run->recvbuf, count, in_place) != 0) return -1;
+        if (be->coll(be->ctx, &call) != 0) return -1;
     sec = (peer_now() - start) / run->opt.iters;
     if (be->max_double(be->ctx, &sec) != 0) return -1;
-    algbw = sec > 0.0 ? bytes / 1.0e9 / sec : 0.0;
-    busbw = algbw * factor;
-    run->bw_sum += busbw;
-    run->bw_count++;
-    if (run->opt.check) {
+    peer_bandwidth(call.coll, be->nranks, call.count, sec, &algbw, &busbw);
+    if (call.coll != PEER_BARRIER) {
+        run->bw_sum += busbw;
+        run->bw_count++;
+    }
+    /* A barrier has nothing to check: its #wrong stays N/A, as in chorus-bench. */
+    if (run->opt.check && call.coll != PEER_BARRIER) {
         uint64_t wrong;
-        peer_prepare(be, coll, count, in_place, run->sendbuf, run->recvbuf, &send);
-        if (be->coll(be->ctx, coll, send, run->recvbuf, count, in_place) != 0) return -1;
-        wrong = peer_count_wrong(be, coll, count, run->recvbuf);
+        peer_prepare(be, &call, c, run->recvbuf);
+        if (be->coll(be->ctx, &call) != 0) return -1;
+        wrong = peer_count_wrong(be, &call, c);
         if (be->sum_u64(be->ctx, &wrong) != 0) return -1;
         run->wrong_total += wrong;
         snprintf(wrong_str, sizeof(wrong_str), "%5llu", (unsigned long long)wrong);
@@ -238,16 +429,18 @@ static void peer_header(const peer_run_t *run)
     if (be->rank == 0) {
         printf("# %s %s (%s): nranks %d minBytes %zu maxBytes %zu step: %zu(factor) "
                "warmup iters: %d iters: %d validation: %d\n#\n# Using devices\n",
-               be->prog, run->opt.coll == PEER_ALLGATHER ? "allgather" : "allreduce", be->library,
-               be->nranks, run->opt.min_bytes, run->opt.max_bytes, run->opt.factor, run->opt.warmup,
+               be->prog, peer_coll_names[run->opt.coll], be->library, be->nranks,
+               run->opt.min_bytes, run->opt.max_bytes, run->opt.factor, run->opt.warmup,
                run->opt.iters, run->opt.check);
         for (int r = 0; r < be->nranks; r++)
             printf("#  Rank %2d Group  0 Pid %6d on %10s device  cpu\n", r,
                    have_pids ? (int)pids[r] : -1, host);
-        printf("#\n#%72s%28s\n", "out-of-place", "in-place");
-        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+        printf("#\n# %s: the time column is the slowest rank's time (-a 3)\n",
+               peer_coll_names[run->opt.coll]);
+        printf("#%72s%28s\n", "out-of-place", "in-place");
+        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %5s\n", "size",
                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-               "algbw", "busbw", "#wrong");
+               "algbw", "busbw", "#wrong", "iters");
         printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "(B)",
                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
                "");
@@ -255,46 +448,69 @@ static void peer_header(const peer_run_t *run)
     free(pids);
 }
 
+/* Warm-up calls at the largest and the smallest size, out of place, as chorus-bench's
+ * warm_up(); a barrier has one size. */
+static int peer_warm_up(peer_run_t *run)
+{
+    const peer_backend_t *be = run->be;
+    size_t sizes[2] = {run->opt.max_bytes, run->opt.min_bytes};
+
+    for (int s = 0; s < 2; s++) {
+        peer_counts_t c = peer_counts(run->opt.coll, sizes[s] / sizeof(float), be->nranks);
+        peer_call_t call = peer_call(be, &run->opt, &c, 0, run->sendbuf, run->recvbuf);
+        if (peer_setup(be, &call) != 0) return -1;
+        for (int it = 0; it < run->opt.warmup; it++)
+            if (be->coll(be->ctx, &call) != 0) return -1;
+        if (run->opt.coll == PEER_BARRIER) break;
+    }
+    return 0;
+}
+
 /* Runs the whole benchmark on this rank; returns the exit status (0, or 1 when a call
- * failed or a result was wrong). */
+ * failed or a result was wrong, 2 for a root that is not a rank). */
 static int peer_main(const peer_backend_t *be, const peer_opts_t *opt)
 {
     peer_run_t run;
-    size_t shown, full = peer_count(opt->coll, opt->max_bytes, be->nranks, &shown);
-    size_t alloc = (shown + 4095) / 4096 * 4096 + 4096;
-    size_t warm_sizes[2] = {opt->max_bytes, opt->min_bytes};
-    float *send;
-    int status = 1;
+    /* Both buffers hold the largest size, page-aligned, as chorus-bench's. */
+    size_t alloc = (opt->max_bytes + 64 + 4095) / 4096 * 4096;
+    int coll = opt->coll, status = 1;
 
+    if (opt->root >= be->nranks) {
+        if (be->rank == 0)
+            fprintf(stderr, "%s: root %d is not a rank of %d\n", be->prog, opt->root, be->nranks);
+        return 2;
+    }
     memset(&run, 0, sizeof(run));
     run.be = be;
     run.opt = *opt;
     if (posix_memalign((void **)&run.sendbuf, 4096, alloc) != 0) goto err;
     if (posix_memalign((void **)&run.recvbuf, 4096, alloc) != 0) goto err_free_send;
-    /* Timed runs start from valid values, and every page is touched before timing. */
+    /* Every page is touched before timing, as chorus-bench's host_buffer() does. */
     memset(run.sendbuf, 0, alloc);
-    peer_prepare(be, opt->coll, full, 0, run.sendbuf, run.recvbuf, &send);
+    memset(run.recvbuf, 0, alloc);
     peer_header(&run);
-    for (int s = 0; s < 2; s++) {
-        size_t count = peer_count(opt->coll, warm_sizes[s], be->nranks, &shown);
-        for (int it = 0; it < opt->warmup; it++)
-            if (be->coll(be->ctx, opt->coll, run.sendbuf, run.recvbuf, count, 0) != 0)
-                goto err_free_recv;
-    }
+    if (peer_warm_up(&run) != 0) goto err_free_recv;
     for (size_t size = opt->min_bytes; size <= opt->max_bytes; size *= opt->factor) {
-        size_t count = peer_count(opt->coll, size, be->nranks, &shown);
+        peer_counts_t c = peer_counts(coll, size / sizeof(float), be->nranks);
         if (be->rank == 0)
-            printf("%12zu  %12zu  %8s  %6s  %6d", shown, count, "float32",
-                   opt->coll == PEER_ALLGATHER ? "none" : "sum", -1);
-        if (peer_half(&run, count, 0) != 0 || peer_half(&run, count, 1) != 0) goto err_free_recv;
+            printf("%12zu  %12zu  %8s  %6s  %6d", peer_shown(&c), c.param,
+                   coll == PEER_BARRIER ? "none" : "float32", peer_reduces(coll) ? "sum" : "none",
+                   peer_rooted(coll) ? opt->root : -1);
+        if (peer_half(&run, &c, 0) != 0) goto err_free_recv;
+        if (coll != PEER_BARRIER) {
+            if (peer_half(&run, &c, 1) != 0) goto err_free_recv;
+        } else if (be->rank == 0) {
+            printf("  %7s  %6s  %6s  %5s", "-", "-", "-", "-");
+        }
         if (be->rank == 0) {
-            printf("\n");
+            printf("  %5d\n", opt->iters);
             fflush(stdout);
         }
-        if (size == 0) break;
+        /* A barrier has no size: one row is the whole measurement. */
+        if (coll == PEER_BARRIER || size == 0 || size > opt->max_bytes / opt->factor) break;
     }
     if (be->rank == 0) {
-        printf("# Out of bounds values : %llu %s\n", (unsigned long long)run.wrong_total,
+        printf("#\n# Out of bounds values : %llu %s\n", (unsigned long long)run.wrong_total,
                run.wrong_total == 0 ? "OK" : "FAILED");
         printf("# Avg bus bandwidth    : %g\n#\n",
                run.bw_count > 0 ? run.bw_sum / run.bw_count : 0.0);
