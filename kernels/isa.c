@@ -10,6 +10,7 @@
 
 /* Used when the C library cannot tell the size of the last-level cache. */
 #define DEFAULT_LLC_BYTES ((size_t)32 << 20)
+#define MAX_LLC_BYTES ((size_t)128 << 20)
 
 static _Atomic int baseline_only;
 
@@ -52,6 +53,12 @@ static size_t read_llc_bytes(void)
 #ifdef _SC_LEVEL3_CACHE_SIZE
     l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
+    /* Without sysfs (some VMs) glibc's answer comes from cpuid and can be the whole
+     * package's L3 (512 MiB on an EPYC guest here) where a process only uses its complex's
+     * share (32 MiB): copies there were DRAM-bound from ~24 MiB while streaming stores
+     * never started. No one cache complex today has more than MAX_LLC_BYTES, so a larger
+     * answer is taken for such a sum and the default is used instead. */
+    if (l3 > (long)MAX_LLC_BYTES) l3 = -1;
     return l3 > 0 ? (size_t)l3 : DEFAULT_LLC_BYTES;
 }
 

@@ -237,13 +237,24 @@ run_mp() {
         run_test "mp/arena_errors n=3 $c" env CHORUS_ALGO=arena CHORUS_TIMEOUT=2 \
             "$CHORUSRUN" -n 3 --timeout 60 -- "$BUILD/tests/mp_arena_errors" --case "$c"
     done
+    # Single copy between processes (arena_cma.c, off by default) on every collective.
+    matrix 4 shm arena CHORUS_ARENA_CMA=1 CHORUS_ARENA_CMA_MIN=64 -- --large 100003
+    # Rooted calls back to back: the ranks that read nothing run ahead of the readers.
+    for n in 2 3 8; do
+        run_test "mp/arena_runahead n=$n" env CHORUS_ALGO=arena CHORUS_TIMEOUT=20 \
+            "$CHORUSRUN" -n "$n" --timeout 120 -- "$BUILD/tests/mp_arena_runahead"
+    done
+    run_test "mp/arena_runahead n=3 CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64" env \
+        CHORUS_ALGO=arena CHORUS_TIMEOUT=20 CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 \
+        "$CHORUSRUN" -n 3 --timeout 120 -- "$BUILD/tests/mp_arena_runahead"
     # The same checks guard every arena collective; the deadline is one code path
-    # (arena_sync.c), so two collectives wait for it, a rooted one and an unrooted one.
+    # (arena_sync.c), so three collectives wait for it: an unrooted one, and the two rooted
+    # ones, whose ranks that read nothing learn of a late peer at their next call.
     for coll in allgather reduce_scatter broadcast reduce alltoall barrier; do
         cases="mismatch-coll dead"
         [ "$coll" != barrier ] && cases="mismatch-dtype mismatch-count $cases"
         case $coll in broadcast | reduce) cases="$cases mismatch-root" ;; esac
-        case $coll in allgather | broadcast) cases="$cases timeout" ;; esac
+        case $coll in allgather | broadcast | reduce) cases="$cases timeout" ;; esac
         for c in $cases; do
             run_test "mp/arena_errors n=3 $coll $c" env CHORUS_ALGO=arena CHORUS_TIMEOUT=2 \
                 "$CHORUSRUN" -n 3 --timeout 60 -- "$BUILD/tests/mp_arena_errors" --case "$c" \

@@ -48,7 +48,6 @@ typedef struct {
     size_t unit;        /* elements per cache line: slice boundaries fall on lines */
     chorus_dtype_t dtype;
     chorus_op_t op;
-    int root;    /* reduce: the only local index that copies the result out; -1: all */
     uint64_t s0; /* my step before the operation */
     uint64_t g0; /* the chunk counter before the operation */
     const char *what;
@@ -117,8 +116,28 @@ chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what)
     return CHORUS_SUCCESS;
 }
 
+chorus_status_t arena__enter(chorus_arena_t *a, const char *what)
+{
+    chorus_status_t status = arena__wait_all(a, a->step, what);
+    char late[96];
+
+    if (status != CHORUS_SUCCESS || !a->unchecked) return status;
+    a->unchecked = 0;
+    snprintf(late, sizeof late, "%s (checking the previous call)", what);
+    /* A peer that gave up on the previous call (its deadline passed while this rank was
+     * late) may still have published its step first: its failure mark says so. */
+    for (int r = 0; r < a->n; r++) {
+        int32_t failed = atomic_load_explicit(&a->ctl[r].failed, memory_order_acquire);
+        if (failed != 0 && r != a->me)
+            return arena__fail(a, chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank "
+                                                "%d failed (%s)", a->rank, late, a->ranks[r],
+                                                chorus_status_string((chorus_status_t)failed)));
+    }
+    return arena__check_sigs(a, (int)(a->opno & 1), late);
+}
+
 static chorus_status_t arena_flat(chorus_arena_t *a, const void *sendbuf, void *recvbuf,
-                                  size_t count, chorus_dtype_t dtype, chorus_op_t op, int root,
+                                  size_t count, chorus_dtype_t dtype, chorus_op_t op,
                                   size_t bytes, const char *what)
 {
     int par = (int)(a->opno & 1);
@@ -128,13 +147,12 @@ static chorus_status_t arena_flat(chorus_arena_t *a, const void *sendbuf, void *
 
     if (inl) memcpy(a->ctl[a->me].inl[par], sendbuf, bytes);
     else memcpy(a->flat + ((size_t)a->me * 2 + (size_t)par) * a->flat_slot, sendbuf, bytes);
-    arena__sig_set(a, root < 0 ? CHORUS_COLL_ALLREDUCE : CHORUS_COLL_REDUCE, count, dtype, op,
-                   root < 0 ? 0 : root);
+    arena__sig_set(a, CHORUS_COLL_ALLREDUCE, count, dtype, op, 0);
     arena__publish(a, step);
     status = arena__wait_all(a, step, what);
     if (status != CHORUS_SUCCESS) return status;
     status = arena__check_sigs(a, par, what);
-    if (status != CHORUS_SUCCESS || (root >= 0 && a->me != root)) return status;
+    if (status != CHORUS_SUCCESS) return status;
     for (int r = 0; r < a->n; r++)
         a->srcs[r] = inl ? (const void *)a->ctl[r].inl[par]
                          : a->flat + ((size_t)r * 2 + (size_t)par) * a->flat_slot;
@@ -222,7 +240,6 @@ static chorus_status_t arena_stage_out(chorus_arena_t *a, const arena_job_t *j, 
     chorus_status_t status;
     size_t off, len;
 
-    if (j->root >= 0 && a->me != j->root) return CHORUS_SUCCESS;
     for (int k = 0; k < a->n; k++) {
         int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
 
@@ -236,16 +253,15 @@ static chorus_status_t arena_stage_out(chorus_arena_t *a, const arena_job_t *j, 
 }
 
 static chorus_status_t arena_staged(chorus_arena_t *a, const void *sendbuf, void *recvbuf,
-                                    size_t count, chorus_dtype_t dtype, chorus_op_t op, int root,
+                                    size_t count, chorus_dtype_t dtype, chorus_op_t op,
                                     size_t esize, const char *what)
 {
     arena_job_t j = {sendbuf, recvbuf, count, esize, a->chunk / esize, ARENA_LINE / esize,
-                     dtype, op, root, a->step, a->gchunk, what};
+                     dtype, op, a->step, a->gchunk, what};
     size_t nchunks = (count + j.chunk_elems - 1) / j.chunk_elems;
     chorus_status_t status;
 
-    arena__sig_set(a, root < 0 ? CHORUS_COLL_ALLREDUCE : CHORUS_COLL_REDUCE, count, dtype, op,
-                   root < 0 ? 0 : root);
+    arena__sig_set(a, CHORUS_COLL_ALLREDUCE, count, dtype, op, 0);
     arena_stage_in(a, &j, 0);
     for (size_t i = 0; i < nchunks; i++) {
         status = arena_stage_reduce(a, &j, i);
@@ -258,39 +274,22 @@ static chorus_status_t arena_staged(chorus_arena_t *a, const void *sendbuf, void
     return CHORUS_SUCCESS;
 }
 
-/* Allreduce, or reduce to local index root (root >= 0). */
-static chorus_status_t arena_reduction(chorus_arena_t *arena, const void *sendbuf,
-                                       void *recvbuf, size_t count, chorus_dtype_t dtype,
-                                       chorus_op_t op, int root, const char *what)
-{
-    size_t esize = chorus_dtype_size(dtype), bytes = count * esize;
-
-    if (esize == 0 || ARENA_LINE % esize != 0)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad dtype %d",
-                             arena->rank, what, (int)dtype);
-    arena->opno++;
-    if (bytes <= arena->flat_slot)
-        return arena_flat(arena, sendbuf, recvbuf, count, dtype, op, root, bytes, what);
-    return arena_staged(arena, sendbuf, recvbuf, count, dtype, op, root, esize, what);
-}
-
 chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendbuf,
                                         void *recvbuf, size_t count, chorus_dtype_t dtype,
                                         chorus_op_t op, const char *what)
 {
-    return arena_reduction(arena, sendbuf, recvbuf, count, dtype, op, -1, what);
-}
+    size_t esize = chorus_dtype_size(dtype), bytes = count * esize;
+    chorus_status_t status;
 
-chorus_status_t chorus__arena_reduce(chorus_arena_t *arena, const void *sendbuf, void *recvbuf,
-                                     size_t count, chorus_dtype_t dtype, chorus_op_t op,
-                                     int root, const char *what)
-{
-    int local = arena__local_index(arena, root);
-
-    if (local < 0)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad root %d",
-                             arena->rank, what, root);
-    return arena_reduction(arena, sendbuf, recvbuf, count, dtype, op, local, what);
+    if (esize == 0 || ARENA_LINE % esize != 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad dtype %d",
+                             arena->rank, what, (int)dtype);
+    status = arena__enter(arena, what);
+    if (status != CHORUS_SUCCESS) return status;
+    arena->opno++;
+    if (bytes <= arena->flat_slot)
+        return arena_flat(arena, sendbuf, recvbuf, count, dtype, op, bytes, what);
+    return arena_staged(arena, sendbuf, recvbuf, count, dtype, op, esize, what);
 }
 
 int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll)

@@ -58,12 +58,11 @@ chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendb
                                         void *recvbuf, size_t count, chorus_dtype_t dtype,
                                         chorus_op_t op, const char *what);
 
+/* ---- arena_coll.c: the collectives that read straight from the others' slots ---- */
 /* Reduce to root (a comm rank; recvbuf is only written there and may be NULL elsewhere). */
 chorus_status_t chorus__arena_reduce(chorus_arena_t *arena, const void *sendbuf, void *recvbuf,
                                      size_t count, chorus_dtype_t dtype, chorus_op_t op,
                                      int root, const char *what);
-
-/* ---- arena_coll.c: the collectives that move data without a shared result area ---- */
 chorus_status_t chorus__arena_allgather(chorus_arena_t *arena, const void *sendbuf,
                                         void *recvbuf, size_t sendcount, chorus_dtype_t dtype,
                                         const char *what);

@@ -33,6 +33,8 @@ chorus_status_t chorus__arena_step(chorus_arena_t *arena, chorus_coll_t coll, ui
 
     if (arena == NULL || (unsigned)coll >= CHORUS_NUM_COLLS)
         return chorus__error(CHORUS_ERR_INTERNAL, "arena: %s: bad step barrier call", what);
+    status = arena__enter(arena, what);
+    if (status != CHORUS_SUCCESS) return status;
     arena->opno++;
     par = (int)(arena->opno & 1);
     s = &arena->ctl[arena->me].sig[par];

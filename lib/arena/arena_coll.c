@@ -1,5 +1,6 @@
 /*
- * Allgather, reduce_scatter, broadcast, alltoall and barrier through the shared arena.
+ * Allgather, reduce_scatter, broadcast, reduce, alltoall and barrier through the shared
+ * arena.
  *
  * All five are one pattern: each rank writes what others need from it into its own slot,
  * publishes a step, waits until every rank has published it, and then reads what it needs
@@ -46,7 +47,7 @@ typedef struct {
     size_t parts;   /* parts a writer writes: 1 or n */
     size_t ce;      /* elements of one part in one chunk */
     size_t nchunks;
-    size_t traffic; /* bytes this rank moves in all (to choose streaming stores) */
+    size_t traffic; /* bytes all local ranks' buffers span (to choose streaming stores) */
     int root;       /* broadcast: the local index that writes; -1 otherwise */
     int own_in_slot; /* reduce_scatter in place: my own part goes through my slot too */
     int where;      /* MOVE_* */
@@ -99,9 +100,17 @@ static void move_write(chorus_arena_t *a, const arena_move_t *m, size_t i)
     uint8_t *slot = move_slot(a, m, a->me, i);
 
     switch (m->coll) {
+    case CHORUS_COLL_REDUCE:
+        if (a->me == m->root && !m->own_in_slot) return;
+        memcpy(slot, m->send + off * m->esize, bytes);
+        return;
     case CHORUS_COLL_BROADCAST:
         if (a->me != m->root) return;
-        /* fall through */
+        memcpy(slot, m->send + off * m->esize, bytes);
+        /* The root reads nothing: its own copy happens here. */
+        if (m->send != m->recv)
+            move_copy(m, m->recv + off * m->esize, m->send + off * m->esize, bytes);
+        return;
     case CHORUS_COLL_ALLGATHER: memcpy(slot, m->send + off * m->esize, bytes); return;
     case CHORUS_COLL_ALLTOALL:
     case CHORUS_COLL_REDUCE_SCATTER:
@@ -134,10 +143,7 @@ static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_
         }
         return CHORUS_SUCCESS;
     case CHORUS_COLL_BROADCAST:
-        if (a->me != m->root) move_copy(m, m->recv + off * m->esize,
-                                        move_slot(a, m, m->root, i), bytes);
-        else if (m->send != m->recv)
-            move_copy(m, m->recv + off * m->esize, m->send + off * m->esize, bytes);
+        move_copy(m, m->recv + off * m->esize, move_slot(a, m, m->root, i), bytes);
         return CHORUS_SUCCESS;
     case CHORUS_COLL_ALLTOALL:
         if (m->send != m->recv)
@@ -149,10 +155,12 @@ static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_
                       move_slot(a, m, r, i) + move_slot_off(m, me), bytes);
         }
         return CHORUS_SUCCESS;
+    case CHORUS_COLL_REDUCE: /* the root: every rank's part 0, mine from sendbuf */
     case CHORUS_COLL_REDUCE_SCATTER:
         for (int r = 0; r < a->n; r++)
-            a->srcs[r] = move_slot(a, m, r, i) + move_slot_off(m, me);
-        if (!m->own_in_slot) a->srcs[me] = m->send + move_buf_off(m, me, off);
+            a->srcs[r] = move_slot(a, m, r, i) + move_slot_off(m, m->parts > 1 ? me : 0);
+        if (!m->own_in_slot)
+            a->srcs[me] = m->send + (m->parts > 1 ? move_buf_off(m, me, off) : off * m->esize);
         status = chorus_kernel_reduce_multi(m->recv + off * m->esize, a->srcs, a->n, len,
                                             m->dtype, m->op);
         if (status != CHORUS_SUCCESS)
@@ -253,28 +261,54 @@ static chorus_status_t move_cma(chorus_arena_t *a, const arena_move_t *m, uint64
     return arena__wait_all(a, s0 + 2, m->what);
 }
 
+/* Nonzero when this rank reads anything in m: everyone but the root of a broadcast, only
+ * the root of a reduce. */
+static int move_reads(const chorus_arena_t *a, const arena_move_t *m)
+{
+    if (m->coll == CHORUS_COLL_BROADCAST) return a->me != m->root;
+    if (m->coll == CHORUS_COLL_REDUCE) return a->me == m->root;
+    return 1;
+}
+
+/* Per chunk i: wait until every rank has finished reading chunk i - 2, whose slots chunk i
+ * reuses (step s0 + i: arena__enter for the first chunk); write my parts of chunk i; publish
+ * s0 + i + 1 ("chunk i written, chunk i - 1 read"); then, if this rank reads, wait for
+ * every rank at it, compare signatures (first chunk) and read. A rank that reads nothing
+ * (broadcast root, reduce non-roots) runs one chunk ahead of the readers and returns
+ * without waiting for them, as an eager send would; it compares the signatures at the
+ * start of its next operation instead (arena__enter). */
 static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m, int root)
 {
     uint64_t s0 = a->step;
+    int reads;
     chorus_status_t status;
 
     if (m->esize == 0 || ARENA_LINE % m->esize != 0)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad dtype %d",
                              a->rank, m->what, (int)m->dtype);
+    status = arena__enter(a, m->what);
+    if (status != CHORUS_SUCCESS) return status;
     a->opno++;
     m->g0 = a->gchunk;
     move_plan(a, m);
     arena__sig_set(a, m->coll, m->count, m->dtype, m->op, root < 0 ? 0 : root);
     if (move_single_copy(a, m)) return move_cma(a, m, s0);
+    reads = move_reads(a, m);
     for (size_t i = 0; i < m->nchunks; i++) {
+        if (i > 0) {
+            status = arena__wait_all(a, s0 + i, m->what);
+            if (status != CHORUS_SUCCESS) return status;
+        }
         move_write(a, m, i);
         arena__publish(a, s0 + i + 1);
+        if (!reads) continue;
         status = arena__wait_all(a, s0 + i + 1, m->what);
         if (status == CHORUS_SUCCESS && i == 0)
             status = arena__check_sigs(a, (int)(a->opno & 1), m->what);
         if (status == CHORUS_SUCCESS) status = move_read(a, m, i);
         if (status != CHORUS_SUCCESS) return status;
     }
+    a->unchecked = !reads;
     if (m->where == MOVE_STAGED) a->gchunk += m->nchunks;
     return CHORUS_SUCCESS;
 }
@@ -302,7 +336,7 @@ chorus_status_t chorus__arena_allgather(chorus_arena_t *arena, const void *sendb
     arena_move_t m;
 
     move_init(&m, CHORUS_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, what);
-    m.traffic = (size_t)arena->n * sendcount * m.esize * 2;
+    m.traffic = (size_t)arena->n * sendcount * m.esize * (size_t)(arena->n + 1);
     return move_run(arena, &m, -1);
 }
 
@@ -316,7 +350,7 @@ chorus_status_t chorus__arena_reduce_scatter(chorus_arena_t *arena, const void *
     move_init(&m, CHORUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, what);
     m.parts = (size_t)arena->n;
     m.op = op;
-    m.traffic = (size_t)arena->n * recvcount * m.esize * 2;
+    m.traffic = (size_t)arena->n * recvcount * m.esize * (size_t)(arena->n + 1);
     /* The kernel lets its destination alias only the first source: in place, my own part
      * is read from my slot unless I am that first source. */
     m.own_in_slot = recvbuf == m.send + move_buf_off(&m, (size_t)arena->me, 0) && arena->me != 0;
@@ -334,7 +368,26 @@ chorus_status_t chorus__arena_broadcast(chorus_arena_t *arena, const void *sendb
     if (m.root < 0)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad root %d",
                              arena->rank, what, root);
-    m.traffic = count * m.esize * 2;
+    m.traffic = count * m.esize * 2 * (size_t)arena->n;
+    return move_run(arena, &m, m.root);
+}
+
+chorus_status_t chorus__arena_reduce(chorus_arena_t *arena, const void *sendbuf, void *recvbuf,
+                                     size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                     int root, const char *what)
+{
+    arena_move_t m;
+
+    move_init(&m, CHORUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, what);
+    m.root = arena__local_index(arena, root);
+    if (m.root < 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad root %d",
+                             arena->rank, what, root);
+    m.op = op;
+    m.traffic = count * m.esize * 3 * (size_t)arena->n;
+    /* In place, the root's own vector is read through its slot unless it is the first
+     * source (the kernel lets its destination alias only that one). */
+    m.own_in_slot = arena->me == m.root && recvbuf == sendbuf && m.root != 0;
     return move_run(arena, &m, m.root);
 }
 
@@ -346,7 +399,7 @@ chorus_status_t chorus__arena_alltoall(chorus_arena_t *arena, const void *sendbu
 
     move_init(&m, CHORUS_COLL_ALLTOALL, sendbuf, recvbuf, count_per_peer, dtype, what);
     m.parts = (size_t)arena->n;
-    m.traffic = (size_t)arena->n * count_per_peer * m.esize * 4;
+    m.traffic = (size_t)arena->n * count_per_peer * m.esize * 2 * (size_t)arena->n;
     return move_run(arena, &m, -1);
 }
 

@@ -111,6 +111,8 @@ struct chorus_arena {
     double timeout_s;
     const atomic_int *abort_flag;
     chorus_wait_policy_t wait;
+    uint64_t seen_all;  /* the highest step every local rank was seen at */
+    int unchecked;      /* the last operation ended before this rank compared signatures */
     int cma;            /* every local rank can read every other's memory (arena_cma.c) */
     size_t cma_min;     /* bytes one rank reads from one peer from which single copy is used */
     void *tmp;          /* a private copy for in-place alltoall on the single-copy path */
@@ -186,7 +188,21 @@ static inline int arena__local_index(const chorus_arena_t *a, int rank)
 
 static inline chorus_status_t arena__wait_all(chorus_arena_t *a, uint64_t step, const char *what)
 {
-    return arena__wait_range(a, step, 0, a->n, what);
+    chorus_status_t status;
+
+    if (a->seen_all >= step) return CHORUS_SUCCESS;
+    status = arena__wait_range(a, step, 0, a->n, what);
+    if (status == CHORUS_SUCCESS) a->seen_all = step;
+    return status;
 }
+
+/* What every operation does first: wait until every local rank has published the last step
+ * of the previous operation, and compare that operation's signatures if this rank returned
+ * from it without doing so (the root of a broadcast, the non-roots of a reduce: they read
+ * nothing, so they do not wait for the others). From here on every rank has finished
+ * reading what the operation before the previous one wrote (reads of an operation end
+ * before the next one publishes anything), so this one may overwrite its slots, and the
+ * previous operation's signatures stay in place until every rank has passed this point. */
+chorus_status_t arena__enter(chorus_arena_t *a, const char *what);
 
 #endif

@@ -321,7 +321,7 @@ static chorus_status_t arena_join(chorus_arena_t *a, const chorus_arena_params_t
     /* Single copy between processes needs our pid namespace (the pids must mean the same
      * processes) and the kernel's permission (ptrace rules, seccomp in containers): try it
      * on the next local rank; arena_agree makes it all or nothing. */
-    a->cma = chorus__config_int("CHORUS_ARENA_CMA", 1) != 0;
+    a->cma = chorus__config_int("CHORUS_ARENA_CMA", 0) != 0;
     for (int r = 0; r < a->n && a->cma; r++) a->cma = a->pid_check[r];
     for (int r = 0; r < a->n && a->cma; r++)
         if (blocks[r].local_index == (a->me + 1) % a->n)

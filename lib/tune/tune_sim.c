@@ -407,14 +407,14 @@ out:
     return status;
 }
 
-/* The arena, from its structure (lib/arena/arena.h). Allreduce and reduce: the flat path
- * publishes each vector and every rank reduces all of them; the staged path copies in,
- * reduces its own slice reading every slot and copies out, with three synchronisations
- * per chunk. The others (arena_coll.c) write what peers need into their slot once and read
- * what they need straight out of the others' slots, one synchronisation per chunk:
+/* The arena, from its structure (lib/arena/arena.h). Allreduce: the flat path publishes
+ * each vector and every rank reduces all of them; the staged path copies in, reduces its
+ * own slice reading every slot and copies out, with three synchronisations per chunk. The
+ * others (arena_coll.c) write what peers need into their slot once and read what they need
+ * straight out of the others' slots, one synchronisation per chunk:
  *   allgather       write B, copy n B out          reduce_scatter  write (n - 1) B, reduce n B
  *   broadcast       the root writes B, each copies  alltoall        write (n - 1) B, copy n B
- *   barrier         a synchronisation alone
+ *   reduce          n - 1 write B, the root reduces barrier         a synchronisation alone
  * (B: the call's count in bytes per part.) With a core per rank its copies run at the plain
  * kernel rates (raw_*), slowed by memory once the callers' buffers leave the last-level
  * cache (mem). With more ranks than cores, every synchronisation is a context switch and
@@ -443,17 +443,13 @@ static double tune_arena(const chorus_tune_params_t *p, const chorus_tune_topo_t
     if (chunks < 1.0 || parts * bytes <= (double)t->arena_flat_max) chunks = 1.0;
     switch (coll) {
     case CHORUS_COLL_ALLREDUCE:
-    case CHORUS_COLL_REDUCE:
         if (bytes <= (double)t->arena_flat_max) {
-            work = coll == CHORUS_COLL_REDUCE
-                       ? n * (bytes * cpy + p->step_us) + (n - 1) * bytes * red
-                       : n * (bytes * cpy + (n - 1) * bytes * red + p->step_us);
+            work = n * (bytes * cpy + (n - 1) * bytes * red + p->step_us);
             return work / share + 2 * sync;
         }
-        work = n * ((coll == CHORUS_COLL_REDUCE ? 1 : 2) * bytes * cpy +
-                    (n - 1) / n * bytes * red + chunks * p->step_us);
-        if (coll == CHORUS_COLL_REDUCE) work += bytes * cpy;
+        work = n * (2 * bytes * cpy + (n - 1) / n * bytes * red + chunks * p->step_us);
         return work / share + 3 * chunks * sync;
+    case CHORUS_COLL_REDUCE: work = (n - 1) * bytes * (cpy + red); break;
     case CHORUS_COLL_ALLGATHER: work = n * (n + 1) * bytes * cpy; break;
     case CHORUS_COLL_BROADCAST: work = n * bytes * cpy; break;
     case CHORUS_COLL_ALLTOALL: work = n * (2 * n - 1) * bytes * cpy; break;

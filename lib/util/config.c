@@ -56,7 +56,7 @@ static const chorus_config_entry_t config_table[] = {
     {"CHORUS_ARENA_CHUNK", CHORUS_CFG_SIZE, "512K", "pipeline chunk of the arena's staged path"},
     {"CHORUS_ARENA_FLAT_MAX", CHORUS_CFG_SIZE, "16K",
      "largest message (bytes, all parts of one rank) on the arena's flat path"},
-    {"CHORUS_ARENA_CMA", CHORUS_CFG_INT, "1",
+    {"CHORUS_ARENA_CMA", CHORUS_CFG_INT, "0",
      "1: allgather, broadcast and alltoall read peers' buffers directly (process_vm_readv)"},
     {"CHORUS_ARENA_CMA_MIN", CHORUS_CFG_SIZE, "256K",
      "bytes per peer from which the arena reads peers' buffers directly"},

@@ -18,7 +18,10 @@
  *   --case dead             the last rank exits: the others get an error naming it within
  *                           seconds, not at the deadline
  *
- * Every call is in place on a buffer between guard zones. Exits 0 when the case behaved,
+ * A rank that reads nothing in its call (the root of a broadcast, the non-roots of a
+ * reduce) returns without waiting for the others, as an eager send would; it learns of a
+ * mismatch, a late or a dead peer at its next call, which these cases make (a barrier)
+ * and check instead. Every call is in place on a buffer between guard zones. Exits 0 when the case behaved,
  * 1 when not, 77 ("skipped: ...") when the arena does not run the collective here.
  */
 #include "mp/mp_common.h"
@@ -96,6 +99,20 @@ static chorus_status_t call(const char *name, float *buf, size_t count, chorus_d
     return chorus_barrier(comm);
 }
 
+/* Nonzero when `name` with this root returns on this rank without waiting for peers. */
+static int eager(const char *name, int root, int rank)
+{
+    return (strcmp(name, "broadcast") == 0 && rank == root) ||
+           (strcmp(name, "reduce") == 0 && rank != root);
+}
+
+/* For an eager rank whose call succeeded: the next call must report what went wrong. */
+static chorus_status_t then_barrier(chorus_status_t st, int is_eager, chorus_comm_t comm)
+{
+    if (st != CHORUS_SUCCESS || !is_eager) return st;
+    return chorus_barrier(comm);
+}
+
 static void case_mismatch(int rank, const char *how, chorus_comm_t comm)
 {
     int by_count = strcmp(how, "count") == 0, by_dtype = strcmp(how, "dtype") == 0;
@@ -108,12 +125,18 @@ static void case_mismatch(int rank, const char *how, chorus_comm_t comm)
 
     if (by_coll && rank != 0)
         mine = strcmp(coll_name, "allgather") == 0 ? "broadcast" : "allgather";
-    st = call(mine, buf, count, by_dtype && rank != 0 ? CHORUS_INT32 : CHORUS_FLOAT32,
-              by_root && rank != 0 ? 1 : 0, rank, comm);
+    int root = by_root && rank != 0 ? 1 : 0, is_eager = eager(mine, root, rank);
+
+    st = call(mine, buf, count, by_dtype && rank != 0 ? CHORUS_INT32 : CHORUS_FLOAT32, root,
+              rank, comm);
+    st = then_barrier(st, is_eager, comm);
     /* Every rank sees some peer that called something else: rank 0 sees rank 1, the
-     * others see rank 0. */
+     * others see rank 0; an eager rank may instead see that a peer failed on it. */
     snprintf(who, sizeof who, "rank %d called", rank == 0 ? 1 : 0);
-    expect_error(st, CHORUS_ERR_MISMATCH, who, rank);
+    if (is_eager && st == CHORUS_ERR_REMOTE)
+        expect_error(st, CHORUS_ERR_REMOTE, "(collective mismatch)", rank);
+    else
+        expect_error(st, CHORUS_ERR_MISMATCH, who, rank);
     expect(guards_intact(buf, count * (size_t)nranks), rank, "%s",
            "the call wrote outside its buffer");
     free((unsigned char *)buf - GUARD);
@@ -149,6 +172,7 @@ static void case_timeout(int rank, int n, chorus_comm_t comm)
     }
     t0 = mp_now();
     st = call(coll_name, buf, 4, CHORUS_FLOAT32, 0, rank, comm);
+    st = then_barrier(st, eager(coll_name, 0, rank), comm);
     snprintf(who, sizeof who, "rank(s) %d", n - 1);
     expect_error(st, CHORUS_ERR_TIMEOUT, who, rank);
     expect(mp_now() - t0 >= timeout * 0.9 && mp_now() - t0 < timeout + 1.5, rank, "%s",
@@ -169,6 +193,7 @@ static void case_dead(int rank, int n, chorus_comm_t comm)
     }
     t0 = mp_now();
     st = call(coll_name, buf, 4, CHORUS_FLOAT32, 0, rank, comm);
+    st = then_barrier(st, eager(coll_name, 0, rank), comm);
     snprintf(who, sizeof who, "rank %d", n - 1);
     expect(st != CHORUS_SUCCESS, rank, "%s", "a call without the dead rank succeeded");
     expect(strstr(chorus_last_error(), who) != NULL, rank, "message lacks the peer: %s",
