@@ -31,10 +31,11 @@
 void arena__publish(chorus_arena_t *a, uint64_t step)
 {
     a->step = step;
-    atomic_store_explicit(&a->ctl[a->me].seq, step, memory_order_release);
-    /* The fence pairs with the sleeper's (Dekker): either we see its count, or it sees our
-     * step before it blocks, so no wake-up is lost. */
-    atomic_thread_fence(memory_order_seq_cst);
+    /* A sequentially consistent exchange is the store and the full fence that pairs with
+     * the sleeper's (Dekker: either we see its count, or it sees our step before it blocks,
+     * so no wake-up is lost) in one locked instruction, cheaper than a store and an mfence
+     * on x86. */
+    (void)atomic_exchange_explicit(&a->ctl[a->me].seq, step, memory_order_seq_cst);
     if (atomic_load_explicit(&a->hdr->sleepers, memory_order_relaxed) != 0) {
         atomic_fetch_add_explicit(&a->hdr->bell, 1, memory_order_relaxed);
         chorus__futex_wake(&a->hdr->bell, INT_MAX);
