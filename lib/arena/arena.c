@@ -70,7 +70,7 @@ void arena__sig_set(chorus_arena_t *a, chorus_coll_t coll, size_t count, chorus_
 /* "allreduce #3 of 16 x float32 sum", "broadcast #4 of 2 x int8 root 1", "device allreduce
  * #12 ..." for a device collective (arena_barrier.c), or "no operation" (the peer's fields
  * are only printed, never trusted). */
-static void arena_sig_text(const arena_sig_t *s, char *buf, size_t len)
+void arena__sig_text(const arena_sig_t *s, char *buf, size_t len)
 {
     chorus_coll_t c = (chorus_coll_t)(s->coll & ~ARENA_SIG_DEVICE);
     const char *coll = chorus__coll_name(c);
@@ -97,18 +97,26 @@ static void arena_sig_text(const arena_sig_t *s, char *buf, size_t len)
 
 chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what)
 {
+    return arena__check_sigs_range(a, par, 0, a->n, what);
+}
+
+chorus_status_t arena__check_sigs_range(chorus_arena_t *a, int par, int first, int end,
+                                        const char *what)
+{
     const arena_sig_t *m = &a->ctl[a->me].sig[par];
     char theirs[128], mine[128];
 
-    for (int r = 0; r < a->n; r++) {
+    for (int r = first; r < end; r++) {
         const arena_sig_t *s = &a->ctl[r].sig[par];
 
         if (r == a->me || (s->count == m->count && s->opno == m->opno && s->root == m->root &&
                            s->coll == m->coll && s->dtype == m->dtype && s->op == m->op &&
                            s->valid == m->valid))
             continue;
-        arena_sig_text(s, theirs, sizeof theirs);
-        arena_sig_text(m, mine, sizeof mine);
+        /* A peer in an eager call (arena_eager.c) signed its entry, not this line. */
+        if (arena__eager_sig(a, r, a->opno) != NULL) s = arena__eager_sig(a, r, a->opno);
+        arena__sig_text(s, theirs, sizeof theirs);
+        arena__sig_text(m, mine, sizeof mine);
         return arena__fail(a, chorus__error(CHORUS_ERR_MISMATCH, "rank %d: arena: %s: rank %d "
                                             "called %s, this rank %s", a->rank, what,
                                             a->ranks[r], theirs, mine));
@@ -121,6 +129,8 @@ chorus_status_t arena__enter(chorus_arena_t *a, const char *what)
     chorus_status_t status = arena__wait_all(a, a->step, what);
     char late[96];
 
+    a->first_step[(a->opno + 1) % ARENA_EAGER_DEPTH] = a->step + 1;
+    if (status == CHORUS_SUCCESS && a->eager_unchecked) status = arena__eager_check(a, what);
     if (status != CHORUS_SUCCESS || !a->unchecked) return status;
     a->unchecked = 0;
     snprintf(late, sizeof late, "%s (checking the previous call)", what);

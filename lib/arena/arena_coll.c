@@ -273,7 +273,8 @@ static int move_reads(const chorus_arena_t *a, const arena_move_t *m)
 /* Per chunk i: wait until every rank has finished reading chunk i - 2, whose slots chunk i
  * reuses (step s0 + i: arena__enter for the first chunk); write my parts of chunk i; publish
  * s0 + i + 1 ("chunk i written, chunk i - 1 read"); then, if this rank reads, wait for
- * every rank at it, compare signatures (first chunk) and read. A rank that reads nothing
+ * the ranks it reads at it (every rank, or the root of a broadcast), compare their
+ * signatures (first chunk) and read. A rank that reads nothing
  * (broadcast root, reduce non-roots) runs one chunk ahead of the readers and returns
  * without waiting for them, as an eager send would; it compares the signatures at the
  * start of its next operation instead (arena__enter). */
@@ -286,6 +287,9 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m, int root)
     if (m->esize == 0 || ARENA_LINE % m->esize != 0)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad dtype %d",
                              a->rank, m->what, (int)m->dtype);
+    if (arena__eager_applies(a, m->coll, m->count * m->esize))
+        return arena__eager(a, m->coll, m->send, m->recv, m->count, m->dtype, m->op, root,
+                            m->what);
     status = arena__enter(a, m->what);
     if (status != CHORUS_SUCCESS) return status;
     a->opno++;
@@ -302,13 +306,20 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m, int root)
         move_write(a, m, i);
         arena__publish(a, s0 + i + 1);
         if (!reads) continue;
-        status = arena__wait_all(a, s0 + i + 1, m->what);
+        /* A broadcast reader needs the root alone: it does not wait for the other readers
+         * (no lockstep among them), and compares the other signatures at its next call. */
+        status = m->coll == CHORUS_COLL_BROADCAST
+                     ? arena__wait_range(a, s0 + i + 1, m->root, m->root + 1, m->what)
+                     : arena__wait_all(a, s0 + i + 1, m->what);
         if (status == CHORUS_SUCCESS && i == 0)
-            status = arena__check_sigs(a, (int)(a->opno & 1), m->what);
+            status = m->coll == CHORUS_COLL_BROADCAST
+                         ? arena__check_sigs_range(a, (int)(a->opno & 1), m->root, m->root + 1,
+                                                   m->what)
+                         : arena__check_sigs(a, (int)(a->opno & 1), m->what);
         if (status == CHORUS_SUCCESS) status = move_read(a, m, i);
         if (status != CHORUS_SUCCESS) return status;
     }
-    a->unchecked = !reads;
+    a->unchecked = !reads || m->coll == CHORUS_COLL_BROADCAST;
     if (m->where == MOVE_STAGED) a->gchunk += m->nchunks;
     return CHORUS_SUCCESS;
 }

@@ -44,6 +44,17 @@ typedef struct {
     uint8_t valid;
 } arena_sig_t;
 
+/* Eager entries (arena_eager.c): each rank has a ring of ARENA_EAGER_DEPTH entries for
+ * small rooted calls, so that the ranks that only write (the root of a broadcast, the
+ * non-roots of a reduce) can run that many calls ahead of the readers. */
+#define ARENA_EAGER_DEPTH 16
+#define ARENA_EAGER_MAX 1024
+
+typedef struct {
+    alignas(ARENA_LINE) arena_sig_t sig;
+    alignas(ARENA_LINE) uint8_t data[ARENA_EAGER_MAX];
+} arena_eager_t;
+
 /* One rank's control block. The first line is what peers poll on every step: the step
  * counter and the signatures of the current and previous operation (by parity), so one
  * cache-line transfer gives a waiter both. */
@@ -61,6 +72,9 @@ typedef struct {
      * peers read the current operation's data from, published with the operation's first
      * step. */
     uint64_t addr;
+    /* A hash of the signatures of every eager call this rank made (arena_eager.c): ranks
+     * compare it at the next call that waits for everyone. */
+    _Atomic uint64_t chain;
 } arena_ctl_t;
 
 _Static_assert(offsetof(arena_ctl_t, inl) + sizeof(((arena_ctl_t *)0)->inl) <= ARENA_LINE,
@@ -111,6 +125,10 @@ struct chorus_arena {
     double timeout_s;
     const atomic_int *abort_flag;
     chorus_wait_policy_t wait;
+    uint8_t *eager;     /* nlocal rings of ARENA_EAGER_DEPTH entries */
+    uint64_t first_step[ARENA_EAGER_DEPTH]; /* of operation k, at k % ARENA_EAGER_DEPTH */
+    uint64_t chain;     /* my ctl.chain */
+    int eager_unchecked; /* eager calls since the chains were last compared */
     uint64_t seen_all;  /* the highest step every local rank was seen at */
     int unchecked;      /* the last operation ended before this rank compared signatures */
     int cma;            /* every local rank can read every other's memory (arena_cma.c) */
@@ -140,6 +158,23 @@ int arena__cma_probe(uint32_t pid, uint64_t probe);
 chorus_status_t arena__cma_read(chorus_arena_t *a, int peer, void *dst, uint64_t addr,
                                 size_t bytes, const char *what);
 
+/* Bytes of the eager rings of nlocal ranks, and where they start after the result area. */
+#define ARENA_EAGER_BYTES(nlocal) ((uint64_t)(nlocal) * ARENA_EAGER_DEPTH * sizeof(arena_eager_t))
+
+/* ---- arena_eager.c ---- */
+
+/* Nonzero when a call of coll with these bytes per rank takes the eager path. */
+int arena__eager_applies(const chorus_arena_t *a, chorus_coll_t coll, size_t bytes);
+/* Broadcast or reduce of up to ARENA_EAGER_MAX bytes through the eager rings; root is a
+ * local index. */
+chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *sendbuf,
+                             void *recvbuf, size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                             int root, const char *what);
+/* Rank r's eager entry signature of call opno if it wrote one (for messages), or NULL. */
+const arena_sig_t *arena__eager_sig(const chorus_arena_t *a, int r, uint64_t opno);
+/* At a call that waits for everyone: compare every rank's chain of eager signatures. */
+chorus_status_t arena__eager_check(chorus_arena_t *a, const char *what);
+
 /* ---- arena_sync.c ---- */
 
 /* Publishes step (store-release of my counter) and wakes sleepers if there are any. */
@@ -162,9 +197,15 @@ chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status);
 void arena__sig_set(chorus_arena_t *a, chorus_coll_t coll, size_t count, chorus_dtype_t dtype,
                     chorus_op_t op, int root);
 
+/* "allreduce #3 of 16 x float32 sum", or "no operation" (for messages). */
+void arena__sig_text(const arena_sig_t *s, char *buf, size_t len);
+
 /* Compares every rank's signature of the operation of parity par with this rank's:
  * CHORUS_ERR_MISMATCH naming both calls (and failing this rank) at the first difference. */
 chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what);
+/* The same for local ranks [first, end) only. */
+chorus_status_t arena__check_sigs_range(chorus_arena_t *a, int par, int first, int end,
+                                        const char *what);
 
 /* Returns once local ranks [first, end) have published step (or an error naming who did
  * not). */

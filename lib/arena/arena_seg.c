@@ -62,6 +62,12 @@ static uint64_t align_up(uint64_t x, uint64_t a)
     return (x + a - 1) / a * a;
 }
 
+/* The eager rings follow the result area. */
+static uint64_t arena_eager_off(uint64_t res_off, uint64_t chunk)
+{
+    return align_up(res_off + 2 * chunk, ARENA_PAGE);
+}
+
 void arena__layout(uint32_t nlocal, uint64_t flat_slot, uint64_t chunk, uint64_t *ctl_off_p,
                    uint64_t *flat_off_p, uint64_t *stage_off_p, uint64_t *res_off_p,
                    uint64_t *total_p)
@@ -75,7 +81,7 @@ void arena__layout(uint32_t nlocal, uint64_t flat_slot, uint64_t chunk, uint64_t
     *flat_off_p = flat_off;
     *stage_off_p = stage_off;
     *res_off_p = res_off;
-    *total_p = align_up(res_off + 2 * chunk, ARENA_PAGE);
+    *total_p = align_up(arena_eager_off(res_off, chunk) + ARENA_EAGER_BYTES(nlocal), ARENA_PAGE);
 }
 
 /* HMAC(secret, label | comm_id | nlocal | flat_slot | chunk | total | nonce): proves that the
@@ -120,6 +126,7 @@ static void arena_bind(chorus_arena_t *a)
     a->flat = a->base + a->hdr->flat_off;
     a->stage = a->base + a->hdr->stage_off;
     a->res = a->base + a->hdr->res_off;
+    a->eager = a->base + arena_eager_off(a->hdr->res_off, a->hdr->chunk);
     a->flat_slot = (size_t)a->hdr->flat_slot;
     a->chunk = (size_t)a->hdr->chunk;
 }

@@ -1,0 +1,164 @@
+/*
+ * Small broadcasts and reduces through per-rank rings of eager entries.
+ *
+ * In a broadcast only the root writes and in a reduce only the root reads. Open MPI's
+ * eager protocol lets the writers of such small calls run many calls ahead of the readers
+ * (their messages wait in the readers' queues), so a loop of them costs about one write
+ * per call; on the arena's one-step path every call needs every rank scheduled once, which
+ * on oversubscribed cores was 10-40 us per call. Here each rank owns a ring of
+ * ARENA_EAGER_DEPTH entries (signature and data). A writer fills the entry of this call and
+ * publishes its step; a reader waits only for the writers it reads, compares their entry's
+ * signature with its own call, and reads. So a writer may run up to ARENA_EAGER_DEPTH - 1
+ * calls ahead: before it overwrites the entry of call k - DEPTH it waits until every rank
+ * has published the first step of call k - DEPTH + 1, by which time every reader of call
+ * k - DEPTH had finished (a rank reads a call's data before it publishes anything for the
+ * next). Any call that is not eager starts by waiting for every rank (arena__enter), which
+ * also covers what eager calls leave behind.
+ *
+ * Checks: a reader compares the signatures of the entries it reads; a writer compares
+ * nothing at the time. Every rank folds the signature of each eager call into a hash
+ * published in its control block, and at its next call that waits for everyone a rank that
+ * made eager calls compares every rank's hash with its own, so a mismatch among writers (or
+ * between a writer and a rank that called something else) is reported there, naming the
+ * peer, as an eager send's error would be.
+ */
+#include "arena/arena_int.h"
+
+#include "kernels.h"
+#include "util/status.h"
+
+#include <string.h>
+
+static arena_eager_t *eager_entry(const chorus_arena_t *a, int r, uint64_t opno)
+{
+    size_t i = (size_t)r * ARENA_EAGER_DEPTH + (size_t)(opno % ARENA_EAGER_DEPTH);
+    return (arena_eager_t *)(void *)(a->eager + i * sizeof(arena_eager_t));
+}
+
+static int eager_same(const arena_sig_t *x, const arena_sig_t *y)
+{
+    return x->count == y->count && x->opno == y->opno && x->root == y->root &&
+           x->coll == y->coll && x->dtype == y->dtype && x->op == y->op && x->valid == y->valid;
+}
+
+/* One step of a 64-bit mix (splitmix64's finaliser) folding v into h. */
+static uint64_t eager_mix(uint64_t h, uint64_t v)
+{
+    uint64_t x = h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+const arena_sig_t *arena__eager_sig(const chorus_arena_t *a, int r, uint64_t opno)
+{
+    const arena_sig_t *s = a->eager != NULL ? &eager_entry(a, r, opno)->sig : NULL;
+
+    return s != NULL && s->valid && s->opno == (uint16_t)opno ? s : NULL;
+}
+
+int arena__eager_applies(const chorus_arena_t *a, chorus_coll_t coll, size_t bytes)
+{
+    return a->eager != NULL && (coll == CHORUS_COLL_BROADCAST || coll == CHORUS_COLL_REDUCE) &&
+           bytes <= ARENA_EAGER_MAX;
+}
+
+chorus_status_t arena__eager_check(chorus_arena_t *a, const char *what)
+{
+    a->eager_unchecked = 0;
+    for (int r = 0; r < a->n; r++) {
+        if (r == a->me || atomic_load_explicit(&a->ctl[r].chain, memory_order_acquire) == a->chain)
+            continue;
+        return arena__fail(a, chorus__error(CHORUS_ERR_MISMATCH, "rank %d: arena: %s: rank %d "
+                                            "called other small broadcasts or reduces than "
+                                            "this rank since the last call that waited for "
+                                            "every rank", a->rank, what, a->ranks[r]));
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* CHORUS_ERR_MISMATCH naming peer r unless its entry of this call carries sig. */
+static chorus_status_t eager_compare(chorus_arena_t *a, int r, const arena_sig_t *sig,
+                                     const char *what)
+{
+    const arena_sig_t *theirs = &eager_entry(a, r, a->opno)->sig;
+    char t[128], m[128];
+
+    if (eager_same(theirs, sig)) return CHORUS_SUCCESS;
+    /* A peer that made another kind of call signed its control line instead. */
+    if (!theirs->valid || theirs->opno != sig->opno) theirs = &a->ctl[r].sig[a->opno & 1];
+    arena__sig_text(theirs, t, sizeof t);
+    arena__sig_text(sig, m, sizeof m);
+    return arena__fail(a, chorus__error(CHORUS_ERR_MISMATCH, "rank %d: arena: %s: rank %d "
+                                        "called %s, this rank %s", a->rank, what, a->ranks[r],
+                                        t, m));
+}
+
+chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *sendbuf,
+                             void *recvbuf, size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                             int root, const char *what)
+{
+    size_t bytes = count * chorus_dtype_size(dtype);
+    uint64_t opno = a->opno + 1, step = a->step + 1;
+    int writes = coll == CHORUS_COLL_BROADCAST ? a->me == root : a->me != root;
+    uint8_t own[ARENA_EAGER_MAX];
+    arena_sig_t sig;
+    chorus_status_t status;
+
+    if (writes) {
+        /* The first step of call opno - DEPTH + 1 (0 before there was one). */
+        status = arena__wait_all(a, a->first_step[(opno + 1) % ARENA_EAGER_DEPTH], what);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    a->opno = opno;
+    a->first_step[opno % ARENA_EAGER_DEPTH] = step;
+    memset(&sig, 0, sizeof sig);
+    sig.count = count;
+    sig.opno = (uint16_t)opno;
+    sig.root = (uint16_t)root;
+    sig.coll = (uint8_t)coll;
+    sig.dtype = (uint8_t)dtype;
+    sig.op = (uint8_t)(coll == CHORUS_COLL_REDUCE ? op : CHORUS_SUM);
+    sig.valid = 1;
+    /* Readers sign their entry too, for the messages of peers that find a mismatch; only
+     * writers put data there. */
+    eager_entry(a, a->me, opno)->sig = sig;
+    if (writes) memcpy(eager_entry(a, a->me, opno)->data, sendbuf, bytes);
+    a->chain = eager_mix(eager_mix(a->chain, sig.count),
+                         (uint64_t)sig.opno | (uint64_t)sig.root << 16 |
+                             (uint64_t)sig.coll << 32 | (uint64_t)sig.dtype << 40 |
+                             (uint64_t)sig.op << 48);
+    atomic_store_explicit(&a->ctl[a->me].chain, a->chain, memory_order_relaxed);
+    a->eager_unchecked = 1;
+    /* The publication (release) makes the entry and the chain visible with the step. */
+    arena__publish(a, step);
+    if (coll == CHORUS_COLL_BROADCAST) {
+        if (a->me == root) {
+            if (sendbuf != recvbuf) memcpy(recvbuf, sendbuf, bytes);
+            return CHORUS_SUCCESS;
+        }
+        status = arena__wait_range(a, step, root, root + 1, what);
+        if (status == CHORUS_SUCCESS) status = eager_compare(a, root, &sig, what);
+        if (status != CHORUS_SUCCESS) return status;
+        memcpy(recvbuf, eager_entry(a, root, opno)->data, bytes);
+        return CHORUS_SUCCESS;
+    }
+    if (a->me != root) return CHORUS_SUCCESS;
+    status = arena__wait_all(a, step, what);
+    for (int r = 0; r < a->n && status == CHORUS_SUCCESS; r++)
+        if (r != root) status = eager_compare(a, r, &sig, what);
+    if (status != CHORUS_SUCCESS) return status;
+    for (int r = 0; r < a->n; r++) a->srcs[r] = eager_entry(a, r, opno)->data;
+    /* My own vector from sendbuf; in place, the kernel lets recvbuf alias only the first
+     * source, so another root reads a copy. */
+    a->srcs[root] = sendbuf;
+    if (sendbuf == recvbuf && root != 0) {
+        memcpy(own, sendbuf, bytes);
+        a->srcs[root] = own;
+    }
+    status = chorus_kernel_reduce_multi(recvbuf, a->srcs, a->n, count, dtype, op);
+    if (status != CHORUS_SUCCESS)
+        return arena__fail(a, chorus__error(status, "rank %d: arena: %s: reduce failed", a->rank,
+                                            what));
+    return CHORUS_SUCCESS;
+}
