@@ -146,10 +146,12 @@ lo_stats=/sys/class/net/lo/statistics/tx_bytes
 
 # Iterations for the sizes of a band: "band_iters SIZE" prints "ITERS WARMUP".
 # Small calls take 0.1 to 50 us here, where one preemption costs milliseconds: 200 of
-# them average such a spike away, and still take well under a second per size.
+# them (50 up to 1 MiB) average such a spike away, and still take about a second a size.
 band_iters() {
     if [ "$1" -le 32768 ]; then
         echo "200 20"
+    elif [ "$1" -le 1048576 ]; then
+        echo "50 5"
     elif [ "$1" -le 4194304 ]; then
         echo "10 2"
     else

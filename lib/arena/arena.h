@@ -2,13 +2,14 @@
  * Single-host collectives through a shared arena.
  *
  * When every rank of a communicator is on one host, point-to-point messages over the shm
- * rings copy each byte twice (into the ring, out of it) and synchronise once per message.
- * The arena instead gives each local rank a slot in one shared segment: a rank copies its
- * input into its slot once, the owner of each slice reduces that slice reading every
- * rank's slot directly (one pass over n sources, one write), and every rank copies the
- * reduced slices out. Small messages take a flat path: each rank publishes its vector with
- * a sequence number and every rank reduces all of them itself, in rank order, so every rank
- * computes identical bytes with one synchronisation.
+ * rings copy each byte twice per hop (into the ring, out of it) and synchronise once per
+ * message. The arena instead gives each local rank slots in one shared segment: a rank
+ * writes what its peers need once, and they read (or reduce) it straight from there, with
+ * one synchronisation per chunk. arena.c: allreduce (a flat path where every rank reduces
+ * every vector in rank order, and a staged path where each rank reduces its slice);
+ * arena_coll.c: allgather, reduce_scatter, broadcast, reduce, alltoall, barrier;
+ * arena_eager.c: small broadcasts and reduces whose writers run ahead of the readers;
+ * arena_cma.c: optional single copy between processes (process_vm_readv).
  *
  * The segment is created by local rank 0, mode 0600, authenticated like the shm transport
  * (HMAC of the comm's secret), attached by the others, and unlinked once all have mapped
