@@ -100,26 +100,30 @@ chorus_status_t arena__check_sigs(chorus_arena_t *a, int par, const char *what)
     return arena__check_sigs_range(a, par, 0, a->n, what);
 }
 
+chorus_status_t arena__sig_mismatch(chorus_arena_t *a, int r, const arena_sig_t *theirs,
+                                    const arena_sig_t *mine, const char *what)
+{
+    char t[128], m[128];
+
+    arena__sig_text(theirs, t, sizeof t);
+    arena__sig_text(mine, m, sizeof m);
+    return arena__fail(a, chorus__error(CHORUS_ERR_MISMATCH, "rank %d: arena: %s: rank %d "
+                                        "called %s, this rank %s", a->rank, what, a->ranks[r],
+                                        t, m));
+}
+
 chorus_status_t arena__check_sigs_range(chorus_arena_t *a, int par, int first, int end,
                                         const char *what)
 {
     const arena_sig_t *m = &a->ctl[a->me].sig[par];
-    char theirs[128], mine[128];
 
     for (int r = first; r < end; r++) {
         const arena_sig_t *s = &a->ctl[r].sig[par];
 
-        if (r == a->me || (s->count == m->count && s->opno == m->opno && s->root == m->root &&
-                           s->coll == m->coll && s->dtype == m->dtype && s->op == m->op &&
-                           s->valid == m->valid))
-            continue;
+        if (r == a->me || arena__sig_same(s, m)) continue;
         /* A peer in an eager call (arena_eager.c) signed its entry, not this line. */
         if (arena__eager_sig(a, r, a->opno) != NULL) s = arena__eager_sig(a, r, a->opno);
-        arena__sig_text(s, theirs, sizeof theirs);
-        arena__sig_text(m, mine, sizeof mine);
-        return arena__fail(a, chorus__error(CHORUS_ERR_MISMATCH, "rank %d: arena: %s: rank %d "
-                                            "called %s, this rank %s", a->rank, what,
-                                            a->ranks[r], theirs, mine));
+        return arena__sig_mismatch(a, r, s, m, what);
     }
     return CHORUS_SUCCESS;
 }

@@ -48,8 +48,9 @@ typedef struct {
     size_t ce;      /* elements of one part in one chunk */
     size_t nchunks;
     size_t traffic; /* bytes all local ranks' buffers span (to choose streaming stores) */
-    int root;       /* broadcast: the local index that writes; -1 otherwise */
-    int own_in_slot; /* reduce_scatter in place: my own part goes through my slot too */
+    int root;       /* broadcast, reduce: the root's local index; -1 otherwise */
+    int own_in_slot; /* in place (reduce_scatter, reduce root): my own part goes through my
+                      * slot, since the kernel's destination may alias only its first source */
     int where;      /* MOVE_* */
     chorus_dtype_t dtype;
     chorus_op_t op;
@@ -85,6 +86,13 @@ static size_t move_slot_off(const arena_move_t *m, size_t p)
 static size_t move_buf_off(const arena_move_t *m, size_t p, size_t off)
 {
     return (p * m->count + off) * m->esize;
+}
+
+/* The k-th peer from my right neighbour on (k = 1 .. n - 1), so that n readers do not all
+ * start on one writer's slot. */
+static int move_peer(const chorus_arena_t *a, int k)
+{
+    return a->me + k < a->n ? a->me + k : a->me + k - a->n;
 }
 
 static void move_copy(const arena_move_t *m, void *dst, const void *src, size_t bytes)
@@ -131,13 +139,11 @@ static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_
 
     switch (m->coll) {
     case CHORUS_COLL_ALLGATHER:
-        /* Mine first (from sendbuf, still in my cache; nothing to do in place), then the
-         * others from my right neighbour on, so that n readers do not all start on one
-         * writer's slot. */
+        /* Mine first (from sendbuf, still in my cache; nothing to do in place). */
         if (m->send != m->recv + move_buf_off(m, me, 0))
             move_copy(m, m->recv + move_buf_off(m, me, off), m->send + off * m->esize, bytes);
         for (int k = 1; k < a->n; k++) {
-            int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
+            int r = move_peer(a, k);
             move_copy(m, m->recv + move_buf_off(m, (size_t)r, off), move_slot(a, m, r, i),
                       bytes);
         }
@@ -150,7 +156,7 @@ static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_
             move_copy(m, m->recv + move_buf_off(m, me, off), m->send + move_buf_off(m, me, off),
                       bytes);
         for (int k = 1; k < a->n; k++) {
-            int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
+            int r = move_peer(a, k);
             move_copy(m, m->recv + move_buf_off(m, (size_t)r, off),
                       move_slot(a, m, r, i) + move_slot_off(m, me), bytes);
         }
@@ -248,7 +254,7 @@ static chorus_status_t move_cma(chorus_arena_t *a, const arena_move_t *m, uint64
             move_copy(m, m->recv + move_buf_off(m, me, 0), m->send + move_buf_off(m, me, 0),
                       bytes);
         for (int k = 1; k < a->n && status == CHORUS_SUCCESS; k++) {
-            int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
+            int r = move_peer(a, k);
             uint64_t from = a->ctl[r].addr +
                             (m->coll == CHORUS_COLL_ALLTOALL ? move_buf_off(m, me, 0) : 0);
             status = arena__cma_read(a, r, m->recv + move_buf_off(m, (size_t)r, 0), from, bytes,
@@ -278,7 +284,7 @@ static int move_reads(const chorus_arena_t *a, const arena_move_t *m)
  * (broadcast root, reduce non-roots) runs one chunk ahead of the readers and returns
  * without waiting for them, as an eager send would; it compares the signatures at the
  * start of its next operation instead (arena__enter). */
-static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m, int root)
+static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m)
 {
     uint64_t s0 = a->step;
     int reads;
@@ -288,14 +294,14 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m, int root)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad dtype %d",
                              a->rank, m->what, (int)m->dtype);
     if (arena__eager_applies(a, m->coll, m->count * m->esize))
-        return arena__eager(a, m->coll, m->send, m->recv, m->count, m->dtype, m->op, root,
+        return arena__eager(a, m->coll, m->send, m->recv, m->count, m->dtype, m->op, m->root,
                             m->what);
     status = arena__enter(a, m->what);
     if (status != CHORUS_SUCCESS) return status;
     a->opno++;
     m->g0 = a->gchunk;
     move_plan(a, m);
-    arena__sig_set(a, m->coll, m->count, m->dtype, m->op, root < 0 ? 0 : root);
+    arena__sig_set(a, m->coll, m->count, m->dtype, m->op, m->root < 0 ? 0 : m->root);
     if (move_single_copy(a, m)) return move_cma(a, m, s0);
     reads = move_reads(a, m);
     for (size_t i = 0; i < m->nchunks; i++) {
@@ -340,6 +346,16 @@ static void move_init(arena_move_t *m, chorus_coll_t coll, const void *sendbuf, 
     m->what = what;
 }
 
+/* Broadcast and reduce: the root, a comm rank, as a local index. */
+static chorus_status_t move_set_root(const chorus_arena_t *arena, arena_move_t *m, int root)
+{
+    m->root = arena__local_index(arena, root);
+    if (m->root < 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad root %d",
+                             arena->rank, m->what, root);
+    return CHORUS_SUCCESS;
+}
+
 chorus_status_t chorus__arena_allgather(chorus_arena_t *arena, const void *sendbuf,
                                         void *recvbuf, size_t sendcount, chorus_dtype_t dtype,
                                         const char *what)
@@ -348,7 +364,7 @@ chorus_status_t chorus__arena_allgather(chorus_arena_t *arena, const void *sendb
 
     move_init(&m, CHORUS_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, what);
     m.traffic = (size_t)arena->n * sendcount * m.esize * (size_t)(arena->n + 1);
-    return move_run(arena, &m, -1);
+    return move_run(arena, &m);
 }
 
 chorus_status_t chorus__arena_reduce_scatter(chorus_arena_t *arena, const void *sendbuf,
@@ -365,7 +381,7 @@ chorus_status_t chorus__arena_reduce_scatter(chorus_arena_t *arena, const void *
     /* The kernel lets its destination alias only the first source: in place, my own part
      * is read from my slot unless I am that first source. */
     m.own_in_slot = recvbuf == m.send + move_buf_off(&m, (size_t)arena->me, 0) && arena->me != 0;
-    return move_run(arena, &m, -1);
+    return move_run(arena, &m);
 }
 
 chorus_status_t chorus__arena_broadcast(chorus_arena_t *arena, const void *sendbuf,
@@ -374,13 +390,13 @@ chorus_status_t chorus__arena_broadcast(chorus_arena_t *arena, const void *sendb
 {
     arena_move_t m;
 
+    chorus_status_t status;
+
     move_init(&m, CHORUS_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, what);
-    m.root = arena__local_index(arena, root);
-    if (m.root < 0)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad root %d",
-                             arena->rank, what, root);
+    status = move_set_root(arena, &m, root);
+    if (status != CHORUS_SUCCESS) return status;
     m.traffic = count * m.esize * 2 * (size_t)arena->n;
-    return move_run(arena, &m, m.root);
+    return move_run(arena, &m);
 }
 
 chorus_status_t chorus__arena_reduce(chorus_arena_t *arena, const void *sendbuf, void *recvbuf,
@@ -389,17 +405,17 @@ chorus_status_t chorus__arena_reduce(chorus_arena_t *arena, const void *sendbuf,
 {
     arena_move_t m;
 
+    chorus_status_t status;
+
     move_init(&m, CHORUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, what);
-    m.root = arena__local_index(arena, root);
-    if (m.root < 0)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: arena: %s: bad root %d",
-                             arena->rank, what, root);
+    status = move_set_root(arena, &m, root);
+    if (status != CHORUS_SUCCESS) return status;
     m.op = op;
     m.traffic = count * m.esize * 3 * (size_t)arena->n;
     /* In place, the root's own vector is read through its slot unless it is the first
      * source (the kernel lets its destination alias only that one). */
     m.own_in_slot = arena->me == m.root && recvbuf == sendbuf && m.root != 0;
-    return move_run(arena, &m, m.root);
+    return move_run(arena, &m);
 }
 
 chorus_status_t chorus__arena_alltoall(chorus_arena_t *arena, const void *sendbuf,
@@ -411,7 +427,7 @@ chorus_status_t chorus__arena_alltoall(chorus_arena_t *arena, const void *sendbu
     move_init(&m, CHORUS_COLL_ALLTOALL, sendbuf, recvbuf, count_per_peer, dtype, what);
     m.parts = (size_t)arena->n;
     m.traffic = (size_t)arena->n * count_per_peer * m.esize * 2 * (size_t)arena->n;
-    return move_run(arena, &m, -1);
+    return move_run(arena, &m);
 }
 
 chorus_status_t chorus__arena_barrier(chorus_arena_t *arena, const char *what)
@@ -419,5 +435,5 @@ chorus_status_t chorus__arena_barrier(chorus_arena_t *arena, const char *what)
     arena_move_t m;
 
     move_init(&m, CHORUS_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, what);
-    return move_run(arena, &m, -1);
+    return move_run(arena, &m);
 }

@@ -35,12 +35,6 @@ static arena_eager_t *eager_entry(const chorus_arena_t *a, int r, uint64_t opno)
     return (arena_eager_t *)(void *)(a->eager + i * sizeof(arena_eager_t));
 }
 
-static int eager_same(const arena_sig_t *x, const arena_sig_t *y)
-{
-    return x->count == y->count && x->opno == y->opno && x->root == y->root &&
-           x->coll == y->coll && x->dtype == y->dtype && x->op == y->op && x->valid == y->valid;
-}
-
 /* One step of a 64-bit mix (splitmix64's finaliser) folding v into h. */
 static uint64_t eager_mix(uint64_t h, uint64_t v)
 {
@@ -82,16 +76,11 @@ static chorus_status_t eager_compare(chorus_arena_t *a, int r, const arena_sig_t
                                      const char *what)
 {
     const arena_sig_t *theirs = &eager_entry(a, r, a->opno)->sig;
-    char t[128], m[128];
 
-    if (eager_same(theirs, sig)) return CHORUS_SUCCESS;
+    if (arena__sig_same(theirs, sig)) return CHORUS_SUCCESS;
     /* A peer that made another kind of call signed its control line instead. */
     if (!theirs->valid || theirs->opno != sig->opno) theirs = &a->ctl[r].sig[a->opno & 1];
-    arena__sig_text(theirs, t, sizeof t);
-    arena__sig_text(sig, m, sizeof m);
-    return arena__fail(a, chorus__error(CHORUS_ERR_MISMATCH, "rank %d: arena: %s: rank %d "
-                                        "called %s, this rank %s", a->rank, what, a->ranks[r],
-                                        t, m));
+    return arena__sig_mismatch(a, r, theirs, sig, what);
 }
 
 chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *sendbuf,

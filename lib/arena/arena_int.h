@@ -197,8 +197,19 @@ chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status);
 void arena__sig_set(chorus_arena_t *a, chorus_coll_t coll, size_t count, chorus_dtype_t dtype,
                     chorus_op_t op, int root);
 
+/* Nonzero when two signatures describe the same call. */
+static inline int arena__sig_same(const arena_sig_t *x, const arena_sig_t *y)
+{
+    return x->count == y->count && x->opno == y->opno && x->root == y->root &&
+           x->coll == y->coll && x->dtype == y->dtype && x->op == y->op && x->valid == y->valid;
+}
+
 /* "allreduce #3 of 16 x float32 sum", or "no operation" (for messages). */
 void arena__sig_text(const arena_sig_t *s, char *buf, size_t len);
+
+/* Fails this rank with CHORUS_ERR_MISMATCH naming local rank r's call and this rank's. */
+chorus_status_t arena__sig_mismatch(chorus_arena_t *a, int r, const arena_sig_t *theirs,
+                                    const arena_sig_t *mine, const char *what);
 
 /* Compares every rank's signature of the operation of parity par with this rank's:
  * CHORUS_ERR_MISMATCH naming both calls (and failing this rank) at the first difference. */

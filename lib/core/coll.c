@@ -141,9 +141,8 @@ static chorus_status_t coll_finish_avg(chorus_comm_t comm, const chorus_coll_cal
 static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call_t *call,
                                       chorus_op_t op, const char *what)
 {
-    chorus_status_t status;
-
     chorus_arena_t *arena = comm->arena;
+    chorus_status_t status;
 
     switch (call->coll) {
     case CHORUS_COLL_ALLREDUCE:
