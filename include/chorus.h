@@ -129,7 +129,8 @@ typedef struct chorus_comm *chorus_comm_t;
  * background thread that ends once all ranks have met, or at the deadline). Call it on
  * one process, then give the id to all ranks, which call chorus_comm_init. The root
  * listens on the interface of CHORUS_SOCKET_IFNAME if set, else on the interface of the
- * default route, else on loopback. */
+ * default route, else on the first interface that is up and not loopback, else on
+ * loopback. */
 chorus_status_t chorus_get_unique_id(chorus_unique_id_t *id_p);
 
 /* Collective over nranks processes: joins rank `rank` to the communicator named by id.
@@ -139,12 +140,21 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
                                  int rank);
 
 /* Like chorus_comm_init, but takes rank, size, rendezvous address and secret from the
- * environment set by a launcher: CHORUS_RANK/CHORUS_WORLD_SIZE, else torchrun's
- * RANK/WORLD_SIZE, else Open MPI's OMPI_COMM_WORLD_RANK/SIZE, else Slurm's
- * SLURM_PROCID/SLURM_NTASKS, else PMI_RANK/PMI_SIZE. The root is CHORUS_ROOT=host:port,
- * else MASTER_ADDR:MASTER_PORT; rank 0 serves the rendezvous there. The secret is
- * CHORUS_SECRET, else the 0600 file CHORUS_SECRET_FILE (default ~/.chorus/secret,
- * created when missing). */
+ * launcher that started the process, with nothing to set under the common ones:
+ *   rank and size: the first found of CHORUS_RANK/CHORUS_WORLD_SIZE; torchrun's
+ *     RANK/WORLD_SIZE; a PMIx server (mpirun, prterun, srun --mpi=pmix; in builds with
+ *     libpmix); Open MPI's OMPI_COMM_WORLD_RANK/SIZE; Slurm's SLURM_PROCID and
+ *     SLURM_STEP_NUM_TASKS (else SLURM_NTASKS); PMI_RANK/PMI_SIZE. CHORUS_LAUNCHER=chorus,
+ *     torchrun, pmix, mpi, slurm or pmi reads that one only.
+ *   rendezvous: CHORUS_ROOT=host:port, else MASTER_ADDR:MASTER_PORT, where rank 0 serves
+ *     it with the secret CHORUS_SECRET, else the 0600 file CHORUS_SECRET_FILE (default
+ *     ~/.chorus/secret, created when missing). With neither set: under PMIx rank 0 makes a
+ *     fresh id (address and secret) and shares it through the PMIx server (a collective
+ *     call: every rank must make it, the k-th call of each pairing with the k-th of the
+ *     others); under Slurm the root is the step's first host (SLURM_STEP_NODELIST, where
+ *     task 0 runs) on a port derived from SLURM_JOB_ID and SLURM_STEP_ID, with the secret
+ *     file as above (a home directory shared by the nodes).
+ * chorus-bench --info prints which source was used. */
 chorus_status_t chorus_comm_init_env(chorus_comm_t *comm_p);
 
 /* Rank of this process and number of ranks. */

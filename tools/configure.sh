@@ -49,10 +49,11 @@ optional() {
         line "$2" no "$4 unavailable (apt-get install $3)"
     fi
 }
-have_UCX= have_IBV= have_HWLOC=
+have_UCX= have_IBV= have_HWLOC= have_PMIX=
 optional UCX ucx libucx-dev "CHORUS_TRANSPORT=ucx"
 optional IBV libibverbs libibverbs-dev "the ib transport (InfiniBand, RoCE)"
 optional HWLOC hwloc libhwloc-dev "hwloc topology discovery"
+optional PMIX pmix libpmix-dev "PMIx bootstrap (mpirun, srun --mpi=pmix) with no variable to set"
 
 if [ -x "$CUDA_HOME/bin/nvcc" ]; then
     have_nvcc=1
@@ -110,6 +111,7 @@ CHORUS_SOVERSION := $major
 HAVE_UCX         := $have_UCX
 HAVE_IBV         := $have_IBV
 HAVE_HWLOC       := $have_HWLOC
+HAVE_PMIX        := $have_PMIX
 HAVE_NVCC        := $have_nvcc
 PYTHON           := $PYTHON
 HAVE_NUMPY       := $have_numpy

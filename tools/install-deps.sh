@@ -13,7 +13,8 @@
 set -u
 REQUIRED="build-essential pkg-config libssl-dev libcmocka-dev libjansson-dev"
 # libucx-dev, libibverbs-dev, libhwloc-dev: the ucx and ib transports, topology discovery
-# (built in when found: tools/configure.sh). openmpi-bin, libopenmpi-dev, libgloo-dev, g++:
+# (built in when found: tools/configure.sh); libpmix-dev: the PMIx bootstrap (same).
+# openmpi-bin, libopenmpi-dev, libgloo-dev, g++:
 # bench/compare.sh and the mpirun tests; valgrind: leak checks; python3-jsonschema:
 # tests/mp/bench_json.sh; gnuplot-nox: chorus-bench --plot; clang, libclang-rt-14-dev:
 # make fuzz; cmake: the CMake package test (tests/install); dpkg-dev: make deb; libudev-dev:
@@ -22,7 +23,7 @@ REQUIRED="build-essential pkg-config libssl-dev libcmocka-dev libjansson-dev"
 # Python package and its torch.distributed backend (python/); libopenblas0-pthread: Debian's
 # torch calls whatever libblas.so.3 is, and the reference BLAS makes its matrix products
 # (bench/torch's training step) some 20x slower than OpenBLAS.
-OPTIONAL="libucx-dev libibverbs-dev libhwloc-dev openmpi-bin libopenmpi-dev libgloo-dev g++
+OPTIONAL="libucx-dev libibverbs-dev libhwloc-dev libpmix-dev openmpi-bin libopenmpi-dev libgloo-dev g++
           valgrind python3-jsonschema gnuplot-nox clang libclang-rt-14-dev cmake dpkg-dev
           libudev-dev python3-numpy python3-torch libtorch-dev python3-dev pybind11-dev
           python3-setuptools libopenblas0-pthread"

@@ -7,14 +7,16 @@
  * machine, edited where the PCI view of a VM is wrong, and given back through
  * CHORUS_TOPO_FILE comes out of --topo-dump unchanged.
  *
- * --info prints the topology, then, when started by a launcher (chorusrun, torchrun, ...),
- * the transport this rank uses per class of peer and why (rank 0 prints; every rank takes
+ * --info prints the topology, then, when started by a launcher (chorusrun, torchrun, mpirun,
+ * srun, ...), where rank, size and rendezvous came from, the transport this rank uses per
+ * class of peer and why (rank 0 prints; every rank takes
  * part in creating the communicator), the host map and the ring order built from it, and
  * last every CHORUS_* variable with its value and help. Without a launcher it says so and
  * prints the rest. The per-peer part reads the communicator's internals (lib/core/comm.h),
  * as the choice is not part of the public API.
  */
 #include "bench.h"
+#include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "topo/topo.h"
 #include "util/config.h"
@@ -98,6 +100,8 @@ static int info_run(void)
         else
             printf("topology: %s\n", chorus_last_error());
         chorus__topo_free(topo);
+        if (comm != NULL && chorus__bootstrap_env_source() != NULL)
+            printf("\nlaunch: %s\n", chorus__bootstrap_env_source());
         if (comm != NULL)
             info_peers(comm);
         else

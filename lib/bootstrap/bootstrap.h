@@ -41,15 +41,26 @@ chorus_status_t chorus__bootstrap_new_id(const struct sockaddr_storage *listen_a
                                          chorus_unique_id_t *id_p);
 
 /* Starts the root service for an id whose address and secret were chosen elsewhere (the
- * launcher environment: rank 0 binds CHORUS_ROOT / MASTER_ADDR:MASTER_PORT). */
-chorus_status_t chorus__bootstrap_root_start(const chorus_unique_id_t *id);
+ * launcher environment: rank 0 binds CHORUS_ROOT / MASTER_ADDR:MASTER_PORT). With any_addr
+ * it listens on the id's port on every interface instead of the id's address. */
+chorus_status_t chorus__bootstrap_root_start(const chorus_unique_id_t *id, int any_addr);
+
+/* Who serves the root of an id from the environment (chorus__bootstrap_id_from_env). */
+#define CHORUS_BS_ROOT_NONE 0 /* another rank, chorusrun, or already running here (PMIx) */
+#define CHORUS_BS_ROOT_ADDR 1 /* this rank, on the id's address */
+#define CHORUS_BS_ROOT_ANY 2  /* this rank, on the id's port on every interface */
 
 /* Reads the launcher environment (see chorus_comm_init_env in chorus.h): rank, size,
- * root address and secret, and builds the id every rank will agree on. *is_root_p is 1
- * for the rank that must serve the root (rank 0), unless CHORUS_UNIQUE_ID (hex, set by
- * chorusrun) gives the id directly, in which case nobody here serves it. */
+ * root address and secret, and builds the id every rank will agree on. *is_root_p says
+ * who must start the root service (CHORUS_BS_ROOT_*): rank 0, unless CHORUS_UNIQUE_ID
+ * (hex, set by chorusrun) gives the id directly, or PMIx shared an id whose root rank 0
+ * already serves. Under PMIx this is collective over the job. */
 chorus_status_t chorus__bootstrap_id_from_env(chorus_unique_id_t *id_p, int *rank_p,
                                               int *nranks_p, int *is_root_p);
+
+/* What the last successful chorus__bootstrap_id_from_env of this thread read: the
+ * launcher, rank, size, local rank and root, as one line; NULL before any. */
+const char *chorus__bootstrap_env_source(void);
 
 /* Hex text of an id (2 * CHORUS_UNIQUE_ID_BYTES + 1 chars) and back. */
 void chorus__id_to_hex(const chorus_unique_id_t *id, char *hex);

@@ -5,6 +5,7 @@
  * so nobody has to send it around.
  */
 #include "bootstrap/bs_internal.h"
+#include "bootstrap/launch.h"
 
 #include "util/auth.h"
 #include "util/config.h"
@@ -46,62 +47,170 @@ static int env_parse_int(const char *text, long *v_p)
     return 0;
 }
 
-static chorus_status_t env_rank_size(int *rank_p, int *nranks_p)
-{
-    static const char *const pairs[][2] = {
-        {"CHORUS_RANK", "CHORUS_WORLD_SIZE"},
-        {"RANK", "WORLD_SIZE"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
-        {"PMI_RANK", "PMI_SIZE"},
-    };
-    size_t i;
+/* The launchers, in the order chorus_comm_init_env looks for them (chorus.h). */
+typedef enum {
+    LAUNCH_CHORUS,   /* CHORUS_RANK: chorusrun, or set by hand */
+    LAUNCH_TORCHRUN, /* RANK: torchrun and anything that copies it */
+    LAUNCH_PMIX,     /* a PMIx server: mpirun, prterun, srun --mpi=pmix */
+    LAUNCH_MPI,      /* OMPI_COMM_WORLD_RANK: Open MPI's mpirun, in a build without PMIx */
+    LAUNCH_SLURM,    /* SLURM_PROCID: srun */
+    LAUNCH_PMI,      /* PMI_RANK: MPICH's hydra and other PMI-1 launchers */
+    LAUNCH_COUNT
+} launch_kind_t;
 
-    for (i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
-        const char *rt = env_get(pairs[i][0]), *st = env_get(pairs[i][1]);
-        long rank, size;
-        if (rt == NULL && st == NULL) continue;
-        if (rt == NULL || st == NULL) {
-            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "bootstrap: %s is set but %s is not",
-                                 rt != NULL ? pairs[i][0] : pairs[i][1],
-                                 rt != NULL ? pairs[i][1] : pairs[i][0]);
+/* Rank, size and local rank variables of each launcher but PMIx (size_alt: a variable
+ * read when size is unset, local: NULL when it has none). */
+static const struct {
+    const char *name, *rank, *size, *size_alt, *local;
+} launchers[LAUNCH_COUNT] = {
+    [LAUNCH_CHORUS] = {"chorus", "CHORUS_RANK", "CHORUS_WORLD_SIZE", NULL, "CHORUS_LOCAL_RANK"},
+    [LAUNCH_TORCHRUN] = {"torchrun", "RANK", "WORLD_SIZE", NULL, "LOCAL_RANK"},
+    [LAUNCH_PMIX] = {"pmix", NULL, NULL, NULL, NULL},
+    [LAUNCH_MPI] = {"mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", NULL,
+                    "OMPI_COMM_WORLD_LOCAL_RANK"},
+    /* A step may have fewer tasks than its job: SLURM_STEP_NUM_TASKS first. */
+    [LAUNCH_SLURM] = {"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                      "SLURM_LOCALID"},
+    [LAUNCH_PMI] = {"pmi", "PMI_RANK", "PMI_SIZE", NULL, "MPI_LOCALRANKID"},
+};
+
+typedef struct {
+    launch_kind_t kind;
+    int rank, nranks, local_rank, nnodes;
+} launch_t;
+
+/* What the last successful chorus__bootstrap_id_from_env of this thread used. */
+static _Thread_local char env_source_text[256];
+
+/* CHORUS_LAUNCHER: auto (LAUNCH_COUNT), or the one launcher to read. */
+static chorus_status_t env_forced(launch_kind_t *kind_p)
+{
+    const char *v = env_get("CHORUS_LAUNCHER");
+    int k;
+
+    *kind_p = LAUNCH_COUNT;
+    if (v == NULL || strcmp(v, "auto") == 0) return CHORUS_SUCCESS;
+    for (k = 0; k < LAUNCH_COUNT; k++) {
+        if (strcmp(v, launchers[k].name) == 0) {
+            *kind_p = (launch_kind_t)k;
+            return CHORUS_SUCCESS;
         }
-        if (env_parse_int(rt, &rank) != 0 || env_parse_int(st, &size) != 0 || size < 1 ||
-            size > CHORUS_BS_MAX_RANKS || rank >= size) {
-            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                                 "bootstrap: %s=%s and %s=%s do not make a rank and a size "
-                                 "(need 0 <= rank < size)",
-                                 pairs[i][0], rt, pairs[i][1], st);
+    }
+    return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                         "bootstrap: CHORUS_LAUNCHER=%s is not one of auto, chorus, torchrun, "
+                         "pmix, mpi, slurm, pmi",
+                         v);
+}
+
+/* Rank and size from launcher k's variables; 1 in *found_p when it set any. */
+static chorus_status_t env_vars_rank_size(launch_kind_t k, launch_t *l, int *found_p)
+{
+    const char *rank_name = launchers[k].rank, *size_name = launchers[k].size;
+    const char *rt = env_get(rank_name), *st = env_get(size_name), *lt;
+    long rank, size, local;
+
+    if (st == NULL && launchers[k].size_alt != NULL) {
+        size_name = launchers[k].size_alt;
+        st = env_get(size_name);
+    }
+    *found_p = rt != NULL || st != NULL;
+    if (!*found_p) return CHORUS_SUCCESS;
+    if (rt == NULL || st == NULL) {
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "bootstrap: %s is set but %s is not",
+                             rt != NULL ? rank_name : size_name, rt != NULL ? size_name : rank_name);
+    }
+    if (env_parse_int(rt, &rank) != 0 || env_parse_int(st, &size) != 0 || size < 1 ||
+        size > CHORUS_BS_MAX_RANKS || rank >= size) {
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "bootstrap: %s=%s and %s=%s do not make a rank and a size "
+                             "(need 0 <= rank < size)",
+                             rank_name, rt, size_name, st);
+    }
+    lt = launchers[k].local != NULL ? env_get(launchers[k].local) : NULL;
+    l->kind = k;
+    l->rank = (int)rank;
+    l->nranks = (int)size;
+    l->local_rank = lt != NULL && env_parse_int(lt, &local) == 0 && local < size ? (int)local : -1;
+    l->nnodes = 0;
+    return CHORUS_SUCCESS;
+}
+
+/* The first launcher that set this process up (or the one CHORUS_LAUNCHER names). */
+static chorus_status_t env_rank_size(launch_t *l)
+{
+    launch_kind_t forced, k;
+    chorus_status_t status;
+    int found;
+
+    status = env_forced(&forced);
+    if (status != CHORUS_SUCCESS) return status;
+    for (k = 0; k < LAUNCH_COUNT; k++) {
+        if (forced != LAUNCH_COUNT && k != forced) continue;
+        if (k == LAUNCH_PMIX) {
+            /* A build without PMIx falls through to the launcher's variables. */
+            if (!chorus__pmix_launched() || (!chorus__pmix_built() && forced != k)) continue;
+            status = chorus__pmix_rank_size(&l->rank, &l->nranks, &l->local_rank, &l->nnodes);
+            if (status != CHORUS_SUCCESS) return status;
+            l->kind = k;
+            return CHORUS_SUCCESS;
         }
-        *rank_p = (int)rank;
-        *nranks_p = (int)size;
-        return CHORUS_SUCCESS;
+        status = env_vars_rank_size(k, l, &found);
+        if (status != CHORUS_SUCCESS || found) return status;
+    }
+    if (forced != LAUNCH_COUNT) {
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "bootstrap: CHORUS_LAUNCHER=%s, but its variables are not set",
+                             launchers[forced].name);
     }
     return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                          "bootstrap: no rank in the environment (set CHORUS_RANK and "
                          "CHORUS_WORLD_SIZE, or launch with torchrun, mpirun, srun or PMI)");
 }
 
+/* Where the root comes from. */
+typedef enum {
+    ROOT_GIVEN, /* CHORUS_ROOT or MASTER_ADDR:MASTER_PORT */
+    ROOT_SLURM, /* derived from the Slurm step */
+    ROOT_PMIX,  /* made by rank 0 and shared through PMIx */
+} root_kind_t;
+
 /* The root address, and its text as the launcher gave it: every rank has the same text,
  * while a host name may resolve differently on the root's own host. */
-static chorus_status_t env_root_addr(struct sockaddr_storage *addr_p, char *text, size_t len)
+static chorus_status_t env_root_addr(const launch_t *l, struct sockaddr_storage *addr_p,
+                                     char *text, size_t len, root_kind_t *kind_p)
 {
     const char *root = env_get("CHORUS_ROOT");
     const char *host = env_get("MASTER_ADDR"), *port = env_get("MASTER_PORT");
+    chorus_status_t status;
 
+    *kind_p = ROOT_GIVEN;
     if (root != NULL) {
         snprintf(text, len, "%s", root);
         return chorus__sock_parse_addr(root, addr_p);
     }
-    if (host == NULL || port == NULL) {
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "bootstrap: no rendezvous address: set CHORUS_ROOT=host:port, or "
-                             "MASTER_ADDR and MASTER_PORT");
+    if (host != NULL && port != NULL) {
+        /* A bare IPv6 address needs brackets to keep its colons apart from the port's. */
+        snprintf(text, len, strchr(host, ':') != NULL && host[0] != '[' ? "[%s]:%s" : "%s:%s",
+                 host, port);
+        return chorus__sock_parse_addr(text, addr_p);
     }
-    /* A bare IPv6 address needs brackets to keep its colons apart from the port's. */
-    snprintf(text, len, strchr(host, ':') != NULL && host[0] != '[' ? "[%s]:%s" : "%s:%s", host,
-             port);
-    return chorus__sock_parse_addr(text, addr_p);
+    if (l->kind == LAUNCH_PMIX) {
+        *kind_p = ROOT_PMIX;
+        return CHORUS_SUCCESS;
+    }
+    if (l->kind == LAUNCH_SLURM) {
+        *kind_p = ROOT_SLURM;
+        status = chorus__slurm_root(l->rank, text, len);
+        if (status != CHORUS_SUCCESS) return status;
+        return chorus__sock_parse_addr(text, addr_p);
+    }
+    return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                         "bootstrap: no rendezvous address: set CHORUS_ROOT=host:port, or "
+                         "MASTER_ADDR and MASTER_PORT%s",
+                         chorus__pmix_launched() && !chorus__pmix_built()
+                             ? " (a PMIx launcher started this process, but this Chorus was "
+                               "built without PMIx: apt-get install libpmix-dev and rebuild)"
+                             : "");
 }
 
 /* Exactly SECRET_HEX hex digits, then only whitespace. Returns 0 on success. */
@@ -306,6 +415,38 @@ static chorus_status_t env_comm_id(const chorus_id_info_t *info, const char *roo
     return CHORUS_SUCCESS;
 }
 
+/* Records what the call used, for chorus-bench --info and the log. */
+static void env_note_source(const launch_t *l, root_kind_t rk, const char *root_text,
+                            int given_id)
+{
+    static const char *const why[LAUNCH_COUNT] = {
+        [LAUNCH_CHORUS] = "CHORUS_RANK, CHORUS_WORLD_SIZE",
+        [LAUNCH_TORCHRUN] = "RANK, WORLD_SIZE (torchrun)",
+        [LAUNCH_PMIX] = "PMIx (mpirun, prterun or srun --mpi=pmix)",
+        [LAUNCH_MPI] = "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (mpirun)",
+        [LAUNCH_SLURM] = "SLURM_PROCID, SLURM_STEP_NUM_TASKS (srun)",
+        [LAUNCH_PMI] = "PMI_RANK, PMI_SIZE",
+    };
+    const char *root = given_id          ? "CHORUS_UNIQUE_ID (chorusrun)"
+                       : rk == ROOT_PMIX ? "made by rank 0, shared through PMIx"
+                                         : root_text;
+
+    snprintf(env_source_text, sizeof(env_source_text),
+             "rank %d of %d (local rank %d) from %s; root %s%s", l->rank, l->nranks, l->local_rank,
+             why[l->kind], root,
+             given_id           ? ""
+             : rk == ROOT_SLURM ? " (the step's first host, port from the job and step ids)"
+             : rk == ROOT_GIVEN ? (env_get("CHORUS_ROOT") != NULL ? " (CHORUS_ROOT)"
+                                                                   : " (MASTER_ADDR, MASTER_PORT)")
+                                : "");
+    CHORUS_INFO("bootstrap", "launch: %s", env_source_text);
+}
+
+const char *chorus__bootstrap_env_source(void)
+{
+    return env_source_text[0] != '\0' ? env_source_text : NULL;
+}
+
 chorus_status_t chorus__bootstrap_id_from_env(chorus_unique_id_t *id_p, int *rank_p, int *nranks_p,
                                               int *is_root_p)
 {
@@ -313,28 +454,43 @@ chorus_status_t chorus__bootstrap_id_from_env(chorus_unique_id_t *id_p, int *ran
     chorus_unique_id_t id;
     chorus_id_info_t info;
     chorus_status_t status;
-    char root_text[320];
-    int rank = -1, nranks = 0;
+    char root_text[320] = "";
+    root_kind_t rk = ROOT_GIVEN;
+    launch_t l;
 
-    CHORUS_CHECK_GOTO(env_rank_size(&rank, &nranks), err);
+    env_source_text[0] = '\0';
+    memset(&l, 0, sizeof(l));
+    CHORUS_CHECK_GOTO(env_rank_size(&l), err);
     if (hex != NULL) {
         CHORUS_CHECK_GOTO(chorus__id_from_hex(hex, &id), err);
-        *id_p = id;
-        *rank_p = rank;
-        *nranks_p = nranks;
-        *is_root_p = 0;
-        return CHORUS_SUCCESS;
+        *is_root_p = CHORUS_BS_ROOT_NONE;
+        goto done;
     }
     memset(&info, 0, sizeof(info));
-    CHORUS_CHECK_GOTO(env_root_addr(&info.root_addr, root_text, sizeof(root_text)), err);
+    CHORUS_CHECK_GOTO(env_root_addr(&l, &info.root_addr, root_text, sizeof(root_text), &rk), err);
+    if (rk == ROOT_PMIX) {
+        /* Rank 0's root service is already running: nobody starts another. */
+        CHORUS_CHECK_GOTO(chorus__pmix_share_id(l.rank, l.nnodes,
+                                                chorus__config_seconds("CHORUS_TIMEOUT", 300.0),
+                                                &id),
+                          err);
+        *is_root_p = CHORUS_BS_ROOT_NONE;
+        goto done;
+    }
     CHORUS_CHECK_GOTO(env_secret(info.secret), err_cleanse);
     CHORUS_CHECK_GOTO(env_comm_id(&info, root_text, &info.comm_id), err_cleanse);
     CHORUS_CHECK_GOTO(chorus__id_encode(&info, &id), err_cleanse);
     OPENSSL_cleanse(&info, sizeof(info));
+    /* A derived root binds every interface: the first host's name may resolve to
+     * another address on that host (127.0.1.1 on Debian) than on the others. */
+    *is_root_p = l.rank != 0      ? CHORUS_BS_ROOT_NONE
+                 : rk == ROOT_SLURM ? CHORUS_BS_ROOT_ANY
+                                    : CHORUS_BS_ROOT_ADDR;
+done:
+    env_note_source(&l, rk, root_text, hex != NULL);
     *id_p = id;
-    *rank_p = rank;
-    *nranks_p = nranks;
-    *is_root_p = rank == 0;
+    *rank_p = l.rank;
+    *nranks_p = l.nranks;
     return CHORUS_SUCCESS;
 
 err_cleanse:

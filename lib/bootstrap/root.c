@@ -16,6 +16,7 @@
 #include "util/sock.h"
 #include "util/status.h"
 
+#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -199,6 +200,17 @@ chorus_status_t chorus__bs_root_spawn(int listen_fd, const chorus_id_info_t *inf
     return CHORUS_SUCCESS;
 }
 
+/* The wildcard address of addr's family, keeping its port. */
+static void root_any_addr(struct sockaddr_storage *addr)
+{
+    if (addr->ss_family == AF_INET6) {
+        ((struct sockaddr_in6 *)addr)->sin6_addr = in6addr_any;
+        ((struct sockaddr_in6 *)addr)->sin6_scope_id = 0;
+    } else {
+        ((struct sockaddr_in *)addr)->sin_addr.s_addr = htonl(INADDR_ANY);
+    }
+}
+
 chorus_status_t chorus__bootstrap_new_id(const struct sockaddr_storage *listen_addr,
                                          chorus_unique_id_t *id_p)
 {
@@ -234,14 +246,17 @@ err:
     return chorus__error_context(status, "bootstrap: making a unique id");
 }
 
-chorus_status_t chorus__bootstrap_root_start(const chorus_unique_id_t *id)
+chorus_status_t chorus__bootstrap_root_start(const chorus_unique_id_t *id, int any_addr)
 {
+    struct sockaddr_storage addr;
     chorus_id_info_t info;
     chorus_status_t status;
     int fd;
 
     CHORUS_CHECK_GOTO(chorus__id_decode(id, &info), err);
-    CHORUS_CHECK_GOTO(chorus__sock_listen(&info.root_addr, SOMAXCONN, &fd, NULL), err);
+    addr = info.root_addr;
+    if (any_addr) root_any_addr(&addr);
+    CHORUS_CHECK_GOTO(chorus__sock_listen(&addr, SOMAXCONN, &fd, NULL), err);
     CHORUS_CHECK_GOTO(chorus__bs_root_spawn(fd, &info), err);
     OPENSSL_cleanse(&info, sizeof(info));
     return CHORUS_SUCCESS;

@@ -652,8 +652,8 @@ chorus_status_t chorus_comm_init_env(chorus_comm_t *comm_p)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_init_env: comm_p is NULL");
     status = chorus__bootstrap_id_from_env(&id, &rank, &nranks, &is_root);
     if (status != CHORUS_SUCCESS) return chorus__error_context(status, "chorus_comm_init_env");
-    if (is_root) {
-        status = chorus__bootstrap_root_start(&id);
+    if (is_root != CHORUS_BS_ROOT_NONE) {
+        status = chorus__bootstrap_root_start(&id, is_root == CHORUS_BS_ROOT_ANY);
         if (status != CHORUS_SUCCESS)
             return chorus__error_context(status, "chorus_comm_init_env: rank %d: root", rank);
     }

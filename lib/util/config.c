@@ -22,7 +22,11 @@ static const chorus_config_entry_t config_table[] = {
      "job secret, 32 hex digits, for chorus_comm_init_env (never logged)"},
     {"CHORUS_SECRET_FILE", CHORUS_CFG_STRING, NULL,
      "0600 file holding the job secret (default ~/.chorus/secret, created when missing)"},
-    {"CHORUS_RANK", CHORUS_CFG_INT, NULL, "rank of this process (else RANK, OMPI, SLURM, PMI)"},
+    {"CHORUS_LAUNCHER", CHORUS_CFG_STRING, "auto",
+     "whose variables chorus_comm_init_env reads: auto (the first found of chorus, torchrun, "
+     "pmix, mpi, slurm, pmi) or one of them"},
+    {"CHORUS_RANK", CHORUS_CFG_INT, NULL,
+     "rank of this process (else RANK, PMIx, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)"},
     {"CHORUS_WORLD_SIZE", CHORUS_CFG_INT, NULL, "number of ranks (else WORLD_SIZE, ...)"},
     {"CHORUS_LOCAL_RANK", CHORUS_CFG_INT, NULL, "rank among the ranks of this host (chorusrun)"},
     {"CHORUS_LOCAL_SIZE", CHORUS_CFG_INT, NULL, "number of ranks on this host (chorusrun)"},

@@ -235,6 +235,26 @@ static int sock_route_source(const struct sockaddr_storage *dest, struct sockadd
     return 0;
 }
 
+/* The IPv4 address of the first interface that is up and not loopback (port 0). Returns
+ * 0 on success. */
+static int sock_first_interface(struct sockaddr_storage *addr_p)
+{
+    struct ifaddrs *ifs, *it;
+    int rc = -1;
+
+    if (getifaddrs(&ifs) != 0) return -1;
+    for (it = ifs; it != NULL && rc != 0; it = it->ifa_next) {
+        if (it->ifa_addr == NULL || it->ifa_addr->sa_family != AF_INET) continue;
+        if (!(it->ifa_flags & IFF_UP) || (it->ifa_flags & IFF_LOOPBACK)) continue;
+        memset(addr_p, 0, sizeof(*addr_p));
+        memcpy(addr_p, it->ifa_addr, sizeof(struct sockaddr_in));
+        sock_set_port(addr_p, 0);
+        rc = 0;
+    }
+    freeifaddrs(ifs);
+    return rc;
+}
+
 chorus_status_t chorus__sock_pick_local_addr(const struct sockaddr_storage *toward,
                                              struct sockaddr_storage *addr_p)
 {
@@ -270,10 +290,16 @@ chorus_status_t chorus__sock_pick_local_addr(const struct sockaddr_storage *towa
         *addr_p = addr;
         return CHORUS_SUCCESS;
     }
+    /* No default route (a private cluster network, a namespace): the first interface that
+     * is up and not loopback still reaches the other hosts of its network. */
+    if (sock_first_interface(&addr) == 0) {
+        *addr_p = addr;
+        return CHORUS_SUCCESS;
+    }
     memset(&addr, 0, sizeof(addr));
     ((struct sockaddr_in *)&addr)->sin_family = AF_INET;
     ((struct sockaddr_in *)&addr)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHORUS_INFO("sock", "no route found: using loopback");
+    CHORUS_INFO("sock", "no route and no interface but loopback: using loopback");
     *addr_p = addr;
     return CHORUS_SUCCESS;
 }

@@ -20,6 +20,7 @@ const char *chorus__sock_addr_str(const struct sockaddr_storage *addr, char *buf
 
 /* The address to listen on: CHORUS_SOCKET_IFNAME's first address if set, else the address
  * of the interface that routes to `toward` (when not NULL), else of the default route,
+ * else of the first interface that is up and not loopback (IPv4),
  * else loopback. Port 0. */
 chorus_status_t chorus__sock_pick_local_addr(const struct sockaddr_storage *toward,
                                              struct sockaddr_storage *addr_p);

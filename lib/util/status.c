@@ -55,13 +55,18 @@ int chorus_version(void)
 #else
 #define BUILD_HWLOC "no (built without libhwloc-dev)"
 #endif
+#ifdef CHORUS_HAVE_PMIX
+#define BUILD_PMIX "yes"
+#else
+#define BUILD_PMIX "no (built without libpmix-dev)"
+#endif
 #define BUILD_STR2(x) #x
 #define BUILD_STR(x) BUILD_STR2(x)
 
 const char *chorus_build_info(void)
 {
     return "chorus " BUILD_STR(CHORUS_VERSION_MAJOR) "." BUILD_STR(CHORUS_VERSION_MINOR) "." BUILD_STR(
-        CHORUS_VERSION_PATCH) ": ucx " BUILD_UCX ", ib verbs " BUILD_IBV ", hwloc " BUILD_HWLOC;
+        CHORUS_VERSION_PATCH) ": ucx " BUILD_UCX ", ib verbs " BUILD_IBV ", hwloc " BUILD_HWLOC ", pmix " BUILD_PMIX;
 }
 
 void chorus__error_clear(void)

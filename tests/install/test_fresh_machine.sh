@@ -1,12 +1,12 @@
 #!/bin/sh
 # A fresh machine, as a new user meets it (issue 16, acceptance 1): the optional -dev
-# packages are removed (apt-get remove libucx-dev libibverbs-dev libhwloc-dev, and what
+# packages are removed (apt-get remove libucx-dev libibverbs-dev libhwloc-dev libpmix-dev, and what
 # apt removes with them), then on a fresh clone of HEAD the README's two commands run in
 # the README's order, `make bench && make test`; removed again, another fresh clone runs
 # them the other way round, `make test && make bench`. Each must pass, and the build must
 # have the real ucx and ib code, which is checked four ways: the build's record
 # (config.mk), the library's own word (chorus-bench --version, chorus_build_info()), the
-# shared library's NEEDED entries (libucp, libibverbs, libhwloc), and the test log (the
+# shared library's NEEDED entries (libucp, libibverbs, libhwloc, libpmix), and the test log (the
 # ucx and ib unit tests passed, no test skipped as "built without").
 # With --min, a third clone runs `make bench && make test` with CHORUS_DEPS=min and the
 # packages still removed: it must pass too, with every stub reported.
@@ -19,7 +19,7 @@ MIN=0
 [ "$(id -u)" = 0 ] || { echo "skipped: removing packages needs root"; exit 77; }
 command -v apt-get >/dev/null 2>&1 || { echo "skipped: no apt-get"; exit 77; }
 REPO=$(git rev-parse --show-toplevel 2>/dev/null) || { echo "skipped: not in a git clone"; exit 77; }
-OPTIONAL_DEV="libucx-dev libibverbs-dev libhwloc-dev"
+OPTIONAL_DEV="libucx-dev libibverbs-dev libhwloc-dev libpmix-dev"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/chorus-fresh.XXXXXX") || exit 1
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
@@ -45,7 +45,7 @@ remove_optional() {
     DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq $OPTIONAL_DEV >"$TMP/remove.log" 2>&1 || {
         cat "$TMP/remove.log"; echo "FAIL: apt-get remove $OPTIONAL_DEV"; exit 1; }
     for p in $OPTIONAL_DEV; do
-        if pkg-config --exists "$(echo "$p" | sed 's/-dev$//; s/^libucx$/ucx/; s/^libhwloc$/hwloc/')"; then
+        if pkg-config --exists "$(echo "$p" | sed 's/-dev$//; s/^libucx$/ucx/; s/^libhwloc$/hwloc/; s/^libpmix$/pmix/')"; then
             echo "FAIL: $p removed but its pkg-config file is still found"; exit 1
         fi
     done
@@ -71,18 +71,18 @@ run_order() {
     grep 'Avg bus bandwidth' "$dir.make_bench.log"
 }
 
-# check_real NAME: the build in NAME has the real ucx, ib and hwloc code.
+# check_real NAME: the build in NAME has the real ucx, ib, hwloc and pmix code.
 check_real() {
     dir=$TMP/$1
-    for h in UCX IBV HWLOC; do
+    for h in UCX IBV HWLOC PMIX; do
         grep -q "^HAVE_$h *:= *1" "$dir/build/config.mk" || fail "$1: config.mk has no HAVE_$h=1"
     done
     info=$("$dir/build/bin/chorus-bench" --version)
     echo "$1: chorus-bench --version: $info"
-    case "$info" in *"ucx yes, ib verbs yes, hwloc yes"*) ;; *) fail "$1: the library has stubs" ;; esac
+    case "$info" in *"ucx yes, ib verbs yes, hwloc yes, pmix yes"*) ;; *) fail "$1: the library has stubs" ;; esac
     needed=$(readelf -d "$dir/build/lib/libchorus.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
     echo "$1: libchorus.so NEEDED: $needed"
-    for lib in libucp.so libibverbs.so libhwloc.so; do
+    for lib in libucp.so libibverbs.so libhwloc.so libpmix.so; do
         case "$needed" in *"$lib"*) ;; *) fail "$1: libchorus.so does not link $lib" ;; esac
     done
     log=$dir.make_test.log

@@ -752,7 +752,7 @@ static void test_env_root_start(void **state)
     chorus__config_reload();
     assert_int_equal(chorus__bootstrap_id_from_env(&id, &rank, &n, &root), CHORUS_SUCCESS);
     assert_int_equal(root, 1);
-    assert_int_equal(chorus__bootstrap_root_start(&id), CHORUS_SUCCESS);
+    assert_int_equal(chorus__bootstrap_root_start(&id, 0), CHORUS_SUCCESS);
     join_ranks(start_ranks(&id, n), n);
     env_clear();
 }
