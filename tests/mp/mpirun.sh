@@ -5,7 +5,8 @@
 #    address and secret) through it. Runs tests/mp/env_init.c (exact results, 4 ranks),
 #    examples/allreduce and chorus-bench allreduce (validated), and chorus-bench --info must
 #    name PMIx as the source. In a build without libpmix-dev the same launch must fail with
-#    a message that says so (and the rest is skipped, saying why).
+#    a message that says so (and the rest is skipped, saying why). A rank that never calls
+#    must not hang the others: they leave the PMIx fence at CHORUS_TIMEOUT with an error.
 # 2. Explicit: rank and size from OMPI_COMM_WORLD_RANK/SIZE (CHORUS_LAUNCHER=mpi), the
 #    rendezvous from CHORUS_ROOT and the secret from CHORUS_SECRET (exported with -x).
 # Skipped when mpirun.openmpi is missing.
@@ -58,6 +59,14 @@ if "$BENCH" --version | grep -q 'pmix yes'; then
     cat "$OUT"
     [ $rc -eq 0 ] && grep -q 'nranks 4 ' "$OUT" && grep -q 'Out of bounds values : 0 OK' "$OUT" ||
         fail "zero-config chorus-bench allreduce (status $rc)"
+
+    # A rank that never calls: the others leave the PMIx fence at CHORUS_TIMEOUT, saying so.
+    mpirun_n 2 -x CHORUS_TIMEOUT=3 sh -c \
+        "if [ \$OMPI_COMM_WORLD_RANK = 0 ]; then exec $EXAMPLE; else sleep 10; fi"
+    rc=$?
+    head -n 1 "$OUT"
+    [ $rc -ne 0 ] && grep -q 'rank 0: PMIx exchange of chorus.id.0 .*TIMEOUT' "$OUT" ||
+        fail "a rank that never calls: no timeout from the PMIx fence (status $rc)"
 
     mpirun_n 2 "$BENCH" --info
     rc=$?
