@@ -34,6 +34,8 @@ done
 export BUILD
 # A library hang must turn into an error well before the launcher's own deadline.
 export CHORUS_TIMEOUT=${CHORUS_TIMEOUT:-60}
+# Sanitizer builds (make asan): leaks inside other projects' libraries are not ours.
+export LSAN_OPTIONS="suppressions=$(pwd)/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 # Test traffic stays on loopback: ids made by chorus_get_unique_id listen there too.
 export CHORUS_SOCKET_IFNAME=${CHORUS_SOCKET_IFNAME:-lo}
 # The tests launch their own jobs: a rank identity inherited from a caller would mislead.

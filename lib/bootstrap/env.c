@@ -80,7 +80,7 @@ typedef struct {
 } launch_t;
 
 /* What the last successful chorus__bootstrap_id_from_env of this thread used. */
-static _Thread_local char env_source_text[256];
+static _Thread_local char env_source_text[640];
 
 /* CHORUS_LAUNCHER: auto (LAUNCH_COUNT), or the one launcher to read. */
 static chorus_status_t env_forced(launch_kind_t *kind_p)
