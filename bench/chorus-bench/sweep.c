@@ -7,7 +7,10 @@
  * Each job is `LAUNCHER -n N [-q --] chorus-bench ARGS --json DIR/run-K.json`, with its
  * output in DIR/run-K.log; the sweep reads the JSON files back and prints, for each
  * collective, datatype and op, the out-of-place busbw of every size at every rank count,
- * and the scaling efficiency busbw(n) / busbw(smallest n) at the largest sizes. The sweep
+ * and the scaling efficiency busbw(n) / busbw(reference n) at the largest sizes. The
+ * reference is, per size and algorithm, the smallest rank count whose busbw is above 0: the
+ * nccl-tests bus factors ((n-1)/n, 2(n-1)/n) make busbw 0 at n=1 by definition, so with
+ * `--ranks 1,2,4` the reference is n=2, and the table header says which n it is. The sweep
  * itself is one process: it joins no communicator.
  */
 #include "bench.h"
@@ -54,7 +57,9 @@ static void sweep_usage(FILE *out)
             "                          COLLECTIVE [chorus-bench options]\n"
             "Runs chorus-bench once per rank count (and algorithm) under the launcher and\n"
             "prints the out-of-place busbw of each size at each rank count, then the scaling\n"
-            "efficiency busbw(n) / busbw(smallest n) at the %d largest sizes.\n"
+            "efficiency busbw(n) / busbw(reference n) at the %d largest sizes. The reference\n"
+            "is the smallest rank count whose busbw is above 0 (busbw is 0 at n=1 by\n"
+            "definition, so --ranks 1,2,4 compares with n=2); the table header names it.\n"
             "  --ranks N,N,...   rank counts (required; run in increasing order)\n"
             "  --launcher CMD    command taking -n N before the program (words split at\n"
             "                    spaces; default: chorusrun next to chorus-bench, with -q)\n"
@@ -258,14 +263,90 @@ static const row_t *series_row(const results_t *r, const row_t *key, size_t k)
     return NULL;
 }
 
-/* The reference run of run j: the smallest rank count with the same algorithm. */
-static int reference_of(const run_t *runs, int nruns, int j)
+static int same_algo(const run_t *a, const run_t *b)
+{
+    return (a->algo == NULL) == (b->algo == NULL) &&
+           (a->algo == NULL || strcmp(a->algo, b->algo) == 0);
+}
+
+/* The busbw of the k-th row of a series in a run, or 0 when the run has no such row. */
+static double row_busbw(const run_t *run, const row_t *key, size_t k)
+{
+    const row_t *w = series_row(&run->res, key, k);
+    return w != NULL && w->busbw > 0.0 ? w->busbw : 0.0;
+}
+
+/* The reference run of run j at the k-th size: the smallest rank count with the same
+ * algorithm whose busbw at that size is above 0 (runs are in increasing rank order within
+ * an algorithm). The smallest rank count alone would be n=1 in `--ranks 1,2,4`, whose busbw
+ * is 0 by definition, and every efficiency would be a division by 0. -1 when no run has a
+ * busbw there. */
+static int reference_of(const run_t *runs, int nruns, int j, const row_t *key, size_t k)
 {
     for (int i = 0; i < nruns; i++)
-        if ((runs[i].algo == NULL) == (runs[j].algo == NULL) &&
-            (runs[i].algo == NULL || strcmp(runs[i].algo, runs[j].algo) == 0))
-            return i;
-    return j;
+        if (same_algo(&runs[i], &runs[j]) && row_busbw(&runs[i], key, k) > 0.0) return i;
+    return -1;
+}
+
+/* Adds i to the set list (n entries) unless it is there already. */
+static void add_once(int *list, int *n, int i)
+{
+    for (int x = 0; x < *n; x++)
+        if (list[x] == i) return;
+    list[(*n)++] = i;
+}
+
+/* The header of the efficiency table: which runs are the reference over the sizes shown,
+ * and which smaller rank counts were passed over because their busbw is 0. */
+static void print_reference_line(const run_t *runs, int nruns, const row_t *key, size_t k0,
+                                 size_t nsizes)
+{
+    int refs[MAX_RUNS], nrefs = 0, skipped[MAX_RUNS], nskipped = 0;
+
+    for (size_t k = k0; k < nsizes; k++)
+        for (int j = 0; j < nruns; j++) {
+            int ref = reference_of(runs, nruns, j, key, k);
+            if (ref < 0) continue;
+            add_once(refs, &nrefs, ref);
+            for (int i = 0; i < ref; i++)
+                if (same_algo(&runs[i], &runs[ref])) add_once(skipped, &nskipped, i);
+        }
+    printf("# scaling efficiency: busbw(n) / busbw(reference n) at the largest sizes; ");
+    if (nrefs == 0) {
+        printf("no reference: no rank count has a busbw above 0\n");
+        return;
+    }
+    printf("reference");
+    for (int x = 0; x < nrefs; x++)
+        printf("%s %s", x > 0 ? "," : "", runs[refs[x]].label);
+    for (int x = 0; x < nskipped; x++)
+        printf("%s%s %s", x == 0 ? " (" : "; ", runs[skipped[x]].label,
+               runs[skipped[x]].ranks == 1 ? "has busbw 0 by definition" : "measured busbw 0");
+    printf("%s\n", nskipped > 0 ? ")" : "");
+}
+
+static void print_efficiency(const run_t *runs, int nruns, const row_t *key, size_t nsizes)
+{
+    size_t k0 = nsizes > EFFICIENCY_SIZES ? nsizes - EFFICIENCY_SIZES : 0;
+
+    print_reference_line(runs, nruns, key, k0, nsizes);
+    printf("# %10s", "size (B)");
+    for (int j = 0; j < nruns; j++)
+        printf("  %10s", runs[j].label);
+    printf("\n");
+    for (size_t k = k0; k < nsizes; k++) {
+        printf("  %10llu", (unsigned long long)series_row(&runs[0].res, key, k)->size);
+        for (int j = 0; j < nruns; j++) {
+            int ref = reference_of(runs, nruns, j, key, k);
+            double bw = row_busbw(&runs[j], key, k);
+            /* A run below its reference has busbw 0: "-", not an efficiency of 0. */
+            if (ref < 0 || !(bw > 0.0))
+                printf("  %10s", "-");
+            else
+                printf("  %10.3f", bw / row_busbw(&runs[ref], key, k));
+        }
+        printf("\n");
+    }
 }
 
 static void print_series(const run_t *runs, int nruns, const row_t *key)
@@ -295,23 +376,7 @@ static void print_series(const run_t *runs, int nruns, const row_t *key)
         printf("\n");
     }
     if (latency || nsizes == 0) return;
-    printf("# scaling efficiency: busbw(n) / busbw(smallest n) at the largest sizes\n# %10s",
-           "size (B)");
-    for (int j = 0; j < nruns; j++)
-        printf("  %10s", runs[j].label);
-    printf("\n");
-    for (size_t k = nsizes > EFFICIENCY_SIZES ? nsizes - EFFICIENCY_SIZES : 0; k < nsizes; k++) {
-        printf("  %10llu", (unsigned long long)series_row(&runs[0].res, key, k)->size);
-        for (int j = 0; j < nruns; j++) {
-            const row_t *w = series_row(&runs[j].res, key, k);
-            const row_t *ref = series_row(&runs[reference_of(runs, nruns, j)].res, key, k);
-            if (w == NULL || ref == NULL || !(ref->busbw > 0.0))
-                printf("  %10s", "-");
-            else
-                printf("  %10.3f", w->busbw / ref->busbw);
-        }
-        printf("\n");
-    }
+    print_efficiency(runs, nruns, key, nsizes);
 }
 
 static void print_scaling(const run_t *runs, int nruns)

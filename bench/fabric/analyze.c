@@ -11,6 +11,19 @@
  * other hosts each share one slow pair with it), or when its own concurrent send rate is
  * flagged. Only a flagged pair whose two ends are healthy is a link finding. With two hosts
  * there is one pair and nothing to tell which end is slow, so it is always the link.
+ *
+ * Never blame on one measurement: a pair (link or ranks inside a host) is a finding only if
+ * it was retested (retest.c) and stayed below, and its text says what both tests gave. A
+ * flagged pair that was not retested is a note, "not retested: <why>", that does not fail
+ * the run: the retest had no room for it in its slice, or the pair was not below the
+ * threshold when the retest chose its pairs and fell below only because the class median it
+ * is judged against rose once the retested pairs kept their better figures. A host finding
+ * rests on most of its pairs, or on its concurrent rate, which one burst cannot make.
+ *
+ * A host whose CPU was saturated during the rounds (fabric_cpu_saturated) is a note too, and
+ * the findings it may explain (those of that host, and the whole job's) name it as a likely
+ * cause, as does the verdict line: slow rates on a host without a free core say more about
+ * the host than about its links.
  */
 #include "fabric_int.h"
 
@@ -185,9 +198,52 @@ static double host_pair_median(const fabric_result_t *r, int h)
     return med;
 }
 
-static int add_hosts_and_links(const fabric_result_t *r, const fabric_verdict_t *v, double eb,
-                               double conc_e, const int *slow, findings_t *f)
+/* What a pair that stays a finding says of its retest: both tests were below. */
+static const char *retest_words(const fabric_pair_t *p, char *buf, size_t size)
 {
+    snprintf(buf, size, "retested, still below: first test %.3g and %.3g Gbit/s a->b and b->a, "
+             "the better of both tests kept", p->first_gbps[0], p->first_gbps[1]);
+    return buf;
+}
+
+/* A flagged pair that was not measured again: a note saying why, never a finding. */
+static int add_not_retested(const fabric_result_t *r, const fabric_verdict_t *v,
+                            const fabric_pair_t *p, int intra, const char *m, double x_m,
+                            double x_e, findings_t *notes)
+{
+    int given = intra ? v->expect_intra_given : v->expect_given;
+    const char *why;
+    char what[192];
+    fabric_finding_t *x = add_finding(notes, FABRIC_FIND_NOT_RETESTED, m, x_m, x_e);
+
+    if (x == NULL) return -1;
+    x->intra = intra;
+    x->host = intra ? p->host : p->a;
+    x->peer = p->b;
+    x->rank = intra ? p->a : -1;
+    if (p->retest_skipped)
+        why = "flagged by the first test, but the retest's slice of the time budget had no "
+              "room for it";
+    else if (!given)
+        why = "not below the threshold when the retest chose its pairs; below only against "
+              "the class median, which rose once the retested pairs kept their better figures";
+    else
+        why = "not flagged when the retest chose its pairs";
+    if (intra)
+        snprintf(what, sizeof(what), "ranks %d-%d on %s", p->a, p->b, host_name(r, p->host));
+    else
+        snprintf(what, sizeof(what), "link %s-%s", host_name(r, p->a), host_name(r, p->b));
+    snprintf(x->text, sizeof(x->text),
+             "not retested: %s: %s %.3g Gbit/s, expected %.3g (%.2f of expected), from one "
+             "test: %s; not called faulty", what, m, x_m, x_e, x->ratio, why);
+    return 0;
+}
+
+static int add_hosts_and_links(const fabric_result_t *r, const fabric_verdict_t *v, double eb,
+                               double conc_e, const int *slow, findings_t *f, findings_t *notes)
+{
+    char words[160];
+
     for (int h = 0; h < r->nhosts; h++) {
         double pm = host_pair_median(r, h), ratio_p = pm >= 0 ? pm / v->expect_gbps : INFINITY;
         double tx = r->conc.host_tx_gbps != NULL ? r->conc.host_tx_gbps[h] : -1;
@@ -214,34 +270,46 @@ static int add_hosts_and_links(const fabric_result_t *r, const fabric_verdict_t 
         if (!pair_worst(p, v->expect_gbps, eb, v->threshold, &m, &x_m, &x_e)) continue;
         if (p->a >= 0 && p->a < r->nhosts && slow[p->a]) continue;
         if (p->b >= 0 && p->b < r->nhosts && slow[p->b]) continue;
+        if (!p->retested) {
+            if (add_not_retested(r, v, p, 0, m, x_m, x_e, notes) != 0) return -1;
+            continue;
+        }
         x = add_finding(f, FABRIC_FIND_LINK, m, x_m, x_e);
         if (x == NULL) return -1;
         x->host = p->a;
         x->peer = p->b;
         snprintf(x->text, sizeof(x->text),
-                 "link %s-%s is slow: %s %.3g Gbit/s, expected %.3g (%.2f of expected)",
-                 host_name(r, p->a), host_name(r, p->b), m, x_m, x_e, x->ratio);
+                 "link %s-%s is slow: %s %.3g Gbit/s, expected %.3g (%.2f of expected); %s",
+                 host_name(r, p->a), host_name(r, p->b), m, x_m, x_e, x->ratio,
+                 retest_words(p, words, sizeof(words)));
     }
     return 0;
 }
 
 static int add_intra(const fabric_result_t *r, const fabric_verdict_t *v, double eb,
-                     findings_t *f)
+                     findings_t *f, findings_t *notes)
 {
+    char words[160];
+
     for (int i = 0; i < r->nintra; i++) {
         const fabric_pair_t *p = &r->intra[i];
         const char *m = "";
         double x_m = 0, x_e = 0;
         fabric_finding_t *x;
         if (!pair_worst(p, v->expect_intra_gbps, eb, v->threshold, &m, &x_m, &x_e)) continue;
+        if (!p->retested) {
+            if (add_not_retested(r, v, p, 1, m, x_m, x_e, notes) != 0) return -1;
+            continue;
+        }
         x = add_finding(f, FABRIC_FIND_INTRA, m, x_m, x_e);
         if (x == NULL) return -1;
         x->host = p->host;
         x->rank = p->a;
         x->peer = p->b;
         snprintf(x->text, sizeof(x->text),
-                 "ranks %d-%d on %s are slow: %s %.3g Gbit/s, expected %.3g (%.2f of expected)",
-                 p->a, p->b, host_name(r, p->host), m, x_m, x_e, x->ratio);
+                 "ranks %d-%d on %s are slow: %s %.3g Gbit/s, expected %.3g (%.2f of expected); "
+                 "%s", p->a, p->b, host_name(r, p->host), m, x_m, x_e, x->ratio,
+                 retest_words(p, words, sizeof(words)));
     }
     return 0;
 }
@@ -314,6 +382,82 @@ err_free:
     return -1;
 }
 
+/* A note for every host whose CPU was saturated during the rounds; the text depends on
+ * whether anything measured low (findings or notes of pairs not retested). */
+static int add_cpu_notes(const fabric_result_t *r, int anything_low, findings_t *notes,
+                         int *nsaturated_p)
+{
+    int n = 0;
+
+    for (int h = 0; h < r->nhosts; h++) {
+        const fabric_host_t *host = &r->hosts[h];
+        int by_busy = host->cpu_busy >= FABRIC_CPU_BUSY_SATURATED;
+        fabric_finding_t *x;
+        if (!fabric_cpu_saturated(host->cpu_busy, host->cpu_softirq)) continue;
+        x = add_finding(notes, FABRIC_FIND_CPU, by_busy ? "cpu_busy" : "cpu_softirq",
+                        by_busy ? host->cpu_busy : host->cpu_softirq,
+                        by_busy ? FABRIC_CPU_BUSY_SATURATED : FABRIC_CPU_SOFTIRQ_SATURATED);
+        if (x == NULL) return -1;
+        x->host = h;
+        snprintf(x->text, sizeof(x->text), "%s: CPU %.0f%% busy, %.0f%% softirq during the "
+                 "rounds: %s", host->name, 100 * host->cpu_busy,
+                 100 * (host->cpu_softirq > 0 ? host->cpu_softirq : 0),
+                 anything_low ? "a likely cause of the low rates, not the links"
+                              : "saturated (>= 90% busy or >= 30% softirq); the rates held "
+                                "up, but may understate the fabric");
+        n++;
+    }
+    *nsaturated_p = n;
+    return 0;
+}
+
+int fabric_cpu_saturated_hosts(const fabric_result_t *r, const fabric_verdict_t *v,
+                               char *buf, size_t size)
+{
+    size_t len = 0;
+
+    if (size == 0) return 0;
+    buf[0] = '\0';
+    if (v->nsaturated == 0) return 0;
+    if (v->nsaturated == r->nhosts && r->nhosts > 1) {
+        snprintf(buf, size, "all %d hosts", r->nhosts);
+        return v->nsaturated;
+    }
+    for (int i = 0; i < v->nnote && len + 1 < size; i++) {
+        if (v->note[i].kind != FABRIC_FIND_CPU) continue;
+        snprintf(buf + len, size - len, "%s%s", len > 0 ? ", " : "",
+                 host_name(r, v->note[i].host));
+        len = strlen(buf);
+    }
+    return v->nsaturated;
+}
+
+/* Findings that a saturated CPU may explain say so: those of a saturated host (either end
+ * of a link), and those of the whole job when any host was saturated. */
+static void mark_cpu_causes(const fabric_result_t *r, fabric_verdict_t *v)
+{
+    char all[256];
+
+    if (fabric_cpu_saturated_hosts(r, v, all, sizeof(all)) == 0) return;
+    for (int i = 0; i < v->nfind; i++) {
+        fabric_finding_t *f = &v->find[i];
+        const char *who = NULL;
+        size_t len = strlen(f->text);
+        if (f->host < 0)
+            who = all;
+        else if (f->host >= r->nhosts)
+            continue;
+        else if (fabric_cpu_saturated(r->hosts[f->host].cpu_busy, r->hosts[f->host].cpu_softirq))
+            who = r->hosts[f->host].name;
+        else if (f->kind == FABRIC_FIND_LINK && f->peer >= 0 && f->peer < r->nhosts &&
+                 fabric_cpu_saturated(r->hosts[f->peer].cpu_busy, r->hosts[f->peer].cpu_softirq))
+            who = r->hosts[f->peer].name;
+        if (who != NULL)
+            snprintf(f->text + len, sizeof(f->text) - len,
+                     "; the CPU of %s was saturated during the rounds: a likely cause", who);
+    }
+}
+
 /* Setup warnings of every host, prefixed by its name. Malformed JSON is itself a warning. */
 static int collect_warnings(const fabric_result_t *r, fabric_verdict_t *v)
 {
@@ -354,6 +498,7 @@ static int cmp_finding(const void *a, const void *b)
     const fabric_finding_t *x = a, *y = b;
 
     if (x->kind != y->kind) return (int)x->kind - (int)y->kind;
+    if (x->kind == FABRIC_FIND_CPU) return x->host - y->host;
     if (x->ratio != y->ratio) return x->ratio < y->ratio ? -1 : 1;
     if (x->host != y->host) return x->host - y->host;
     return x->peer - y->peer;
@@ -391,13 +536,14 @@ chorus_status_t fabric_analyze(const fabric_result_t *r, const fabric_opts_t *o,
                                fabric_verdict_t *v)
 {
     fabric_verdict_t out = {0};
-    findings_t f = {0};
+    findings_t f = {0}, notes = {0};
     double eb, ebi, conc_e = -1;
     int *slow = NULL;
 
     if (r == NULL || o == NULL || v == NULL) return CHORUS_ERR_INVALID_ARGUMENT;
     out.threshold = o->threshold > 0 ? o->threshold : 0.8;
     out.expect_given = o->expect_gbps > 0;
+    out.expect_intra_given = o->expect_intra_gbps > 0;
     out.expect_gbps = o->expect_gbps > 0 ? o->expect_gbps
                                          : fabric_pairs_median(r->inter, r->ninter, 0);
     out.expect_intra_gbps = o->expect_intra_gbps > 0
@@ -412,14 +558,20 @@ chorus_status_t fabric_analyze(const fabric_result_t *r, const fabric_opts_t *o,
     slow = calloc((size_t)r->nhosts + 1, sizeof(*slow));
     if (slow == NULL) goto err_free;
     if (find_slow_hosts(r, &out, eb, conc_e, slow) != CHORUS_SUCCESS) goto err_free;
-    if (add_hosts_and_links(r, &out, eb, conc_e, slow, &f) != 0 || add_intra(r, &out, ebi, &f) ||
-        add_oversub(r, &out, &f) != 0 || add_coll(r, &out, &f) != 0 ||
+    if (add_hosts_and_links(r, &out, eb, conc_e, slow, &f, &notes) != 0 ||
+        add_intra(r, &out, ebi, &f, &notes) != 0 || add_oversub(r, &out, &f) != 0 ||
+        add_coll(r, &out, &f) != 0 ||
+        add_cpu_notes(r, f.n > 0 || notes.n > 0, &notes, &out.nsaturated) != 0 ||
         collect_warnings(r, &out) != 0)
         goto err_free;
     if (f.n > 1) qsort(f.find, (size_t)f.n, sizeof(*f.find), cmp_finding);
+    if (notes.n > 1) qsort(notes.find, (size_t)notes.n, sizeof(*notes.find), cmp_finding);
     mark_consequences(f.find, f.n);
     out.find = f.find;
     out.nfind = f.n;
+    out.note = notes.find;
+    out.nnote = notes.n;
+    mark_cpu_causes(r, &out);
     out.pass = f.n == 0;
     free(slow);
     *v = out;
@@ -428,6 +580,7 @@ chorus_status_t fabric_analyze(const fabric_result_t *r, const fabric_opts_t *o,
 err_free:
     free(slow);
     free(f.find);
+    free(notes.find);
     fabric_verdict_free(&out);
     return CHORUS_ERR_NO_MEMORY;
 }
@@ -439,5 +592,6 @@ void fabric_verdict_free(fabric_verdict_t *v)
         free(v->warn[i]);
     free(v->warn);
     free(v->find);
+    free(v->note);
     memset(v, 0, sizeof(*v));
 }

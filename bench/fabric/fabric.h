@@ -22,6 +22,9 @@
  *      ways while rates are taken; rates far below the isolated ones mean oversubscription;
  *   6. allreduce with ring and with tree, over the whole job and over each host (2+ ranks);
  *   7. rank 0 analyses (analyze.c) and reports (report_*.c).
+ * From the start of phase 3 to the end of phase 6 every rank samples its host's CPU
+ * (cpu.c, /proc/stat), so that the verdict can name a saturated host as the likely cause
+ * of low rates rather than its links.
  * All results live on rank 0 in a fabric_result_t; the other ranks only measure.
  *
  * Units: rates are payload bits per second in Gbit/s (10^9), the unit links are sold in;
@@ -68,6 +71,11 @@ typedef struct {
     int nranks;                 /* ranks on this host */
     int leader;                 /* its lowest rank: it runs the inter-host tests */
     char *setup_json;           /* setup.c's JSON object for the host (malloc'ed); NULL: none */
+    /* The host's CPU over the measurement rounds (cpu.c), the highest figure any of its
+     * ranks sampled: the fraction of all its CPU time that was busy (all but idle and
+     * iowait), and the fraction in softirq (the kernel's network receive work among it);
+     * < 0: not sampled. */
+    double cpu_busy, cpu_softirq;
 } fabric_host_t;
 
 /* One point-to-point measurement between two endpoints. */
@@ -82,6 +90,8 @@ typedef struct {
     int retested;      /* 1: flagged by the first test and measured again; every figure is
                         * the better of the two (rates the higher, latency the lower) */
     double first_gbps[2]; /* retested: the one-way rates of the first test; else -1 */
+    int retest_skipped; /* flagged by the first test, but the retest's slice of the budget
+                         * had no room for it (so retested is 0) */
 } fabric_pair_t;
 
 typedef enum { FABRIC_ALGO_RING = 0, FABRIC_ALGO_TREE = 1, FABRIC_NALGOS = 2 } fabric_algo_t;
@@ -137,6 +147,25 @@ chorus_status_t fabric_setup_collect(char **json_p);
  * a fake tree (tests/unit/test_fabric_setup.c). */
 chorus_status_t fabric_setup_collect_at(const char *sysfs_root, char **json_p);
 
+/* ---- The host's CPU (cpu.c) ---- */
+
+/*
+ * A host's CPU counts as saturated over the measurement rounds when at least 90% of its CPU
+ * time was busy, or at least 30% was softirq. Busy: the tests' ranks wait by spinning for
+ * 20 us, then yielding, then sleeping (CHORUS_SPIN_US, CHORUS_YIELD_US), so ranks waiting
+ * for their round do not fill the cores; at 90% over a whole run the ranks that move data
+ * have no core to spare for their copies and system calls. Softirq: the kernel's packet
+ * processing runs there and is charged to whichever core it lands on; a third of all CPU
+ * time in it is the network stack itself taking the cores that the senders and receivers
+ * need (normally a few percent at these rates). Either way the rates measured on that host
+ * say more about its CPU than about its links.
+ */
+#define FABRIC_CPU_BUSY_SATURATED 0.90
+#define FABRIC_CPU_SOFTIRQ_SATURATED 0.30
+
+/* 1 when a host's figures (fractions; < 0: not sampled) cross either threshold above. */
+int fabric_cpu_saturated(double busy, double softirq);
+
 /* ---- Analysis (analyze.c; pure) ---- */
 
 typedef enum {
@@ -145,18 +174,26 @@ typedef enum {
     FABRIC_FIND_INTRA,    /* a pair of ranks inside a host */
     FABRIC_FIND_OVERSUB,  /* concurrent rates well below isolated ones */
     FABRIC_FIND_COLL,     /* allreduce bus bandwidth below expectation */
+    /* Notes (fabric_verdict_t.note): they never fail the run. */
+    FABRIC_FIND_CPU,          /* a host whose CPU was saturated during the rounds */
+    FABRIC_FIND_NOT_RETESTED, /* a pair below its expectation that was not measured again,
+                               * so not called faulty (a link or intra pair otherwise) */
 } fabric_find_kind_t;
 
 typedef struct {
     fabric_find_kind_t kind;
-    int host;            /* host index (HOST, LINK, INTRA, per-host COLL); -1: none */
-    int peer;            /* LINK: the other host; INTRA: the second rank; else -1 */
-    int rank;            /* INTRA: the first rank; else -1 */
-    char metric[40];     /* "pair_gbps", "bidir_gbps", "concurrent_tx_gbps", "ring_busbw_gbps" */
+    int host;            /* host index (HOST, LINK, INTRA, per-host COLL, CPU, NOT_RETESTED
+                          * of either class); -1: none */
+    int peer;            /* LINK: the other host; INTRA: the second rank; NOT_RETESTED: as
+                          * LINK or INTRA; else -1 */
+    int rank;            /* INTRA (and NOT_RETESTED of an intra pair): the first rank; else -1 */
+    char metric[40];     /* "pair_gbps", "bidir_gbps", "concurrent_tx_gbps", "ring_busbw_gbps";
+                          * CPU: "cpu_busy" or "cpu_softirq", whichever crossed its threshold */
     double measured;     /* the figure (the median of the host's pairs for HOST) */
-    double expected;
-    double ratio;        /* measured / expected: the severity, lower is worse */
-    char text[256];      /* one line naming hosts by name, for the summary */
+    double expected;     /* CPU: the threshold it crossed */
+    double ratio;        /* measured / expected: the severity, lower is worse (CPU: >= 1) */
+    int intra;           /* NOT_RETESTED: 1 for a pair of ranks inside a host */
+    char text[512];      /* one line naming hosts by name, for the summary */
 } fabric_finding_t;
 
 typedef struct {
@@ -164,13 +201,18 @@ typedef struct {
     double expect_gbps;       /* inter-host pair rate used: given, or the class median */
     double expect_intra_gbps; /* likewise */
     int expect_given;         /* 1 if --expect-gbps was given */
+    int expect_intra_given;   /* 1 if --expect-intra-gbps was given */
     int nfind;
     fabric_finding_t *find;   /* causes first (host, link, intra, oversub, in that order of
                                * kinds), then the allreduce findings they may explain; most
                                * severe (lowest ratio) first within a kind */
+    int nnote;
+    fabric_finding_t *note;   /* CPU notes (saturated hosts, by host), then NOT_RETESTED
+                               * ones (most severe first): said, never failing the run */
+    int nsaturated;           /* hosts among the CPU notes */
     int nwarn;
     char **warn;              /* setup warnings, each prefixed by its host's name */
-    int pass;                 /* 1: PASS (no finding; warnings do not fail) */
+    int pass;                 /* 1: PASS (no finding; notes and warnings do not fail) */
 } fabric_verdict_t;
 
 /* Compares every figure of r with its expected rate and fills v. */
@@ -192,7 +234,12 @@ chorus_status_t fabric_report_json(const fabric_result_t *r, const fabric_verdic
 /* The verdict line that ends the text report (also in the JSON and the page), in buf. */
 void fabric_verdict_line(const fabric_result_t *r, const fabric_verdict_t *v, char *buf,
                          size_t size);
-/* "host", "link", "intra", "oversub", "coll". */
+/* The hosts of v's CPU notes in words, for the verdict line and the findings they may
+ * explain: "all 8 hosts" when every host of several, else their names ("host3, host5").
+ * Returns how many hosts (0: none, buf ""). */
+int fabric_cpu_saturated_hosts(const fabric_result_t *r, const fabric_verdict_t *v, char *buf,
+                               size_t size);
+/* "host", "link", "intra", "oversub", "coll", "cpu", "not_retested". */
 const char *fabric_find_kind_name(fabric_find_kind_t kind);
 chorus_status_t fabric_report_html(const fabric_result_t *r, const fabric_verdict_t *v,
                                    const char *dir);

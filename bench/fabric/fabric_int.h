@@ -146,6 +146,29 @@ int fabric_retest_select(const fabric_pair_t *p, int n, double expect_gbps, doub
 int fabric_retest_rounds(const fabric_pair_t *p, const int *sel, int nsel, int max_rounds,
                          int *round);
 
+/* ---- CPU samples (cpu.c) ---- */
+
+/* The aggregate "cpu" line of /proc/stat, in jiffies. */
+typedef struct {
+    uint64_t total;   /* user nice system idle iowait irq softirq steal */
+    uint64_t idle;    /* idle + iowait */
+    uint64_t softirq;
+    int ok;           /* 1: read and parsed */
+} fabric_cpu_sample_t;
+
+/* Parses /proc/stat's text into *s. Returns 0, or -1 (s->ok 0) without a "cpu " line of at
+ * least 7 numbers. */
+int fabric_cpu_parse(const char *text, fabric_cpu_sample_t *s);
+
+/* Reads /proc/stat (or CHORUS_FABRIC_PROC_STAT, "%d" replaced by index: see cpu.c) into *s.
+ * Returns 0, or -1 with s->ok 0 when it cannot be read. */
+int fabric_cpu_sample(int index, fabric_cpu_sample_t *s);
+
+/* The busy and softirq fractions of the CPU time between samples a and b; both -1 when
+ * either sample failed or the counters did not move forward. */
+void fabric_cpu_fractions(const fabric_cpu_sample_t *a, const fabric_cpu_sample_t *b,
+                          double *busy_p, double *softirq_p);
+
 /* ---- Measurement context (main.c fills it; measure_*.c use it) ---- */
 
 typedef struct {
@@ -196,9 +219,12 @@ typedef struct {
     int32_t retested;  /* pairs: measured twice, the better figures kept */
     double time_us;    /* coll */
     double first_gbps[2]; /* pairs, retested: the first test's one-way rates */
+    int32_t retest_skipped; /* pairs: flagged, but the retest's slice had no room for it */
+    int32_t pad;
+    double cpu_busy, cpu_softirq; /* cpu: this rank's samples of its host over the rounds */
 } fabric_rec_t;
 
-enum { FABRIC_REC_INTER = 1, FABRIC_REC_INTRA, FABRIC_REC_CONC, FABRIC_REC_COLL };
+enum { FABRIC_REC_INTER = 1, FABRIC_REC_INTRA, FABRIC_REC_CONC, FABRIC_REC_COLL, FABRIC_REC_CPU };
 
 /* A growing array of records kept by one rank. */
 typedef struct {

@@ -238,6 +238,7 @@ static void set_pair(fabric_pair_t *p, const fabric_rec_t *r)
     p->retested = r->retested;
     p->first_gbps[0] = r->retested ? r->first_gbps[0] : -1;
     p->first_gbps[1] = r->retested ? r->first_gbps[1] : -1;
+    p->retest_skipped = r->retest_skipped;
 }
 
 static void unmeasured_pair(fabric_pair_t *p, int a, int b, int host)
@@ -319,6 +320,22 @@ static chorus_status_t build_conc_coll(const fabric_rec_t *all, int nall, fabric
     return CHORUS_SUCCESS;
 }
 
+/* Each host's CPU figures: the highest any of its ranks sampled (they read the same
+ * counters over nearly the same window; the highest is the one that matters for blame). */
+static void build_cpu(const fabric_rec_t *all, int nall, fabric_result_t *res)
+{
+    for (int h = 0; h < res->nhosts; h++)
+        res->hosts[h].cpu_busy = res->hosts[h].cpu_softirq = -1;
+    for (int i = 0; i < nall; i++) {
+        const fabric_rec_t *r = &all[i];
+        fabric_host_t *host;
+        if (r->kind != FABRIC_REC_CPU || r->host < 0 || r->host >= res->nhosts) continue;
+        host = &res->hosts[r->host];
+        if (r->cpu_busy > host->cpu_busy) host->cpu_busy = r->cpu_busy;
+        if (r->cpu_softirq > host->cpu_softirq) host->cpu_softirq = r->cpu_softirq;
+    }
+}
+
 /* Rank 0: the records and the hosts become res. */
 static chorus_status_t build_result(fabric_run_t *run, const fabric_plan_t *plan,
                                     const fabric_rec_t *all, int nall, fabric_result_t *res)
@@ -339,14 +356,30 @@ static chorus_status_t build_result(fabric_run_t *run, const fabric_plan_t *plan
     memcpy(res->host_of, ctx->host_of, (size_t)ctx->nranks * sizeof(int));
     status = build_pairs(run, all, nall, res);
     if (status == CHORUS_SUCCESS) status = build_conc_coll(all, nall, res);
+    build_cpu(all, nall, res);
     if (status != CHORUS_SUCCESS) return fabric_fail(ctx, status, "building the result", -1);
     res->budget_s = plan->budget_s;
     snprintf(res->transport, sizeof res->transport, "%s", tp != NULL ? tp : "auto");
     return CHORUS_SUCCESS;
 }
 
+/* This rank's figures of its host's CPU from `start` to now, as a record for rank 0; a
+ * host whose /proc/stat cannot be read gets none (-1), and the run goes on. */
+static chorus_status_t record_cpu(fabric_ctx_t *ctx, const fabric_cpu_sample_t *start,
+                                  fabric_recs_t *out)
+{
+    fabric_rec_t rec = {.kind = FABRIC_REC_CPU, .a = ctx->rank, .b = -1, .host = ctx->my_host,
+                        .algo = -1};
+    fabric_cpu_sample_t end;
+
+    fabric_cpu_sample(1, &end);
+    fabric_cpu_fractions(start, &end, &rec.cpu_busy, &rec.cpu_softirq);
+    return fabric_fail(ctx, fabric_recs_add(out, &rec), "malloc", -1);
+}
+
 static chorus_status_t measure(fabric_run_t *run, fabric_plan_t *plan)
 {
+    fabric_cpu_sample_t cpu_start;
     fabric_ctx_t *ctx = &run->ctx;
     fabric_budget_in_t in = {.budget_s = run->opts.time_budget_s, .nhosts = ctx->nhosts,
                              .nranks = ctx->nranks, .no_coll = run->opts.no_coll};
@@ -360,6 +393,8 @@ static chorus_status_t measure(fabric_run_t *run, fabric_plan_t *plan)
     if (status != CHORUS_SUCCESS) return status;
     fabric_budget_plan(&in, plan);
     if (ctx->rank == 0 && run->opts.verbose) fabric_budget_print(&in, plan, stderr);
+    /* The CPU is sampled over the rounds that the verdict judges, from here to the end. */
+    fabric_cpu_sample(0, &cpu_start);
     status = fabric_measure_inter(ctx, plan, &run->recs, &min_Bps);
     if (status == CHORUS_SUCCESS) status = fabric_measure_intra(ctx, plan, &run->recs);
     ctx->phase = "between phases";
@@ -370,6 +405,7 @@ static chorus_status_t measure(fabric_run_t *run, fabric_plan_t *plan)
     if (status == CHORUS_SUCCESS)
         status = fabric_fail(ctx, chorus_barrier(ctx->world), "chorus_barrier", -1);
     if (status == CHORUS_SUCCESS) status = fabric_measure_coll(ctx, plan, &run->recs);
+    if (status == CHORUS_SUCCESS) status = record_cpu(ctx, &cpu_start, &run->recs);
     return status;
 }
 

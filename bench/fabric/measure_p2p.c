@@ -460,6 +460,23 @@ static chorus_status_t retest_rounds(fabric_ctx_t *ctx, const fabric_test_plan_t
     return status;
 }
 
+/* The flagged pairs that the slice has no round for keep a mark on their record (on the
+ * lower endpoint), so that the analysis says they were not retested and why, rather than
+ * blaming a link on one measurement. */
+static void mark_skipped(fabric_ctx_t *ctx, int intra, const fabric_pair_t *p, const int *sel,
+                         const int *round, int nsel, fabric_recs_t *out)
+{
+    int kind = intra ? FABRIC_REC_INTRA : FABRIC_REC_INTER;
+    int me = intra ? ctx->rank : ctx->my_host;
+
+    for (int i = 0; i < nsel; i++) {
+        fabric_rec_t *rec;
+        if (round[i] >= 0 || p[sel[i]].a != me) continue;
+        rec = find_rec(out, kind, p[sel[i]].a, p[sel[i]].b);
+        if (rec != NULL) rec->retest_skipped = 1;
+    }
+}
+
 /* The retest of one class, called by all its participants (the leaders for inter-host
  * pairs, every rank for intra-host ones): every pair that the analysis would flag, most
  * severe first, in rounds of disjoint pairs, as many rounds as fit the plan's slice. */
@@ -496,6 +513,7 @@ static chorus_status_t retest(fabric_ctx_t *ctx, const fabric_plan_t *plan, int 
         fabric_progress(ctx, "%s: %d pairs flagged, %d retested in %d of %d rounds (tests of "
                         "%d x %llu bytes)", ctx->phase, nsel, done, fit, need, t.reps,
                         (unsigned long long)t.bytes);
+    mark_skipped(ctx, intra, p, sel, round, nsel, out);
     if (fit > 0)
         status = retest_rounds(ctx, &t, intra, p, sel, round, nsel, fit, out);
 

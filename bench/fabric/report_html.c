@@ -240,8 +240,34 @@ static void pair_table(FILE *f, const fabric_result_t *r, const fabric_pair_t *p
     fprintf(f, "</table>\n");
 }
 
+/* Each host's CPU over the rounds; a saturated host's row is shaded. */
+static void cpu_table(FILE *f, const fabric_result_t *r)
+{
+    int any = 0;
+
+    for (int h = 0; h < r->nhosts; h++)
+        any |= r->hosts[h].cpu_busy >= 0;
+    if (!any) return;
+    fprintf(f, "<h2>Host CPU during the rounds</h2><p>Shaded: saturated (busy &ge; %.0f%% or "
+            "softirq &ge; %.0f%%).</p>\n<table><tr><th>host</th><th>busy (%%)</th>"
+            "<th>softirq (%%)</th></tr>\n", 100 * FABRIC_CPU_BUSY_SATURATED,
+            100 * FABRIC_CPU_SOFTIRQ_SATURATED);
+    for (int h = 0; h < r->nhosts; h++) {
+        const fabric_host_t *x = &r->hosts[h];
+        fprintf(f, "<tr%s><td>", fabric_cpu_saturated(x->cpu_busy, x->cpu_softirq)
+                                     ? " class=\"slow\"" : "");
+        put_html(f, x->name);
+        fprintf(f, "</td>");
+        cell(f, x->cpu_busy >= 0 ? 100 * x->cpu_busy : -1, -1, 1, 1);
+        cell(f, x->cpu_softirq >= 0 ? 100 * x->cpu_softirq : -1, -1, 1, 1);
+        fprintf(f, "</tr>\n");
+    }
+    fprintf(f, "</table>\n");
+}
+
 static void other_tables(FILE *f, const fabric_result_t *r)
 {
+    cpu_table(f, r);
     if (r->conc.host_tx_gbps != NULL) {
         fprintf(f, "<h2>Concurrent round</h2><p>Every host sending and receiving at once; "
                 "the median of each host's send rate over its shifts (Gbit/s).</p>\n"
@@ -298,7 +324,14 @@ static int write_index(const char *dir, const fabric_result_t *r, const fabric_v
         put_html(f, v->find[i].text);
         fprintf(f, "</li>\n");
     }
-    fprintf(f, "</ol>%s\n<h2>Warnings</h2>\n<ul>\n", v->nfind == 0 ? "<p>None.</p>" : "");
+    fprintf(f, "</ol>%s\n", v->nfind == 0 ? "<p>None.</p>" : "");
+    if (v->nnote > 0) fprintf(f, "<h2>Notes</h2>\n<p>They do not fail the run.</p>\n<ul>\n");
+    for (int i = 0; i < v->nnote; i++) {
+        fprintf(f, "<li>%s: ", fabric_find_kind_name(v->note[i].kind));
+        put_html(f, v->note[i].text);
+        fprintf(f, "</li>\n");
+    }
+    fprintf(f, "%s<h2>Warnings</h2>\n<ul>\n", v->nnote > 0 ? "</ul>\n" : "");
     for (int i = 0; i < v->nwarn; i++) {
         fprintf(f, "<li>");
         put_html(f, v->warn[i]);

@@ -1,6 +1,6 @@
 /*
- * --json FILE: every measurement, each host's setup object as it came, the findings, the
- * warnings and the verdict, in bench/schema/chorus-fabric.schema.json. A figure that was not
+ * --json FILE: every measurement, each host's setup object and CPU figures, the findings,
+ * the notes, the warnings and the verdict, in bench/schema/chorus-fabric.schema.json. A figure that was not
  * measured (< 0 in the result) is null, so that no reader takes it for a zero rate.
  */
 #include "fabric.h"
@@ -46,9 +46,24 @@ static json_t *pairs_json(const fabric_pair_t *p, int n)
                                                               : json_null());
         json_object_set_new(o, "first_gbps_ba", p[i].retested ? num(p[i].first_gbps[1])
                                                               : json_null());
+        json_object_set_new(o, "retest_skipped", json_boolean(p[i].retest_skipped));
         json_array_append_new(a, o);
     }
     return a;
+}
+
+/* A host's CPU over the rounds, or null when none of its ranks could sample it. */
+static json_t *cpu_json(const fabric_host_t *h)
+{
+    json_t *o;
+
+    if (h->cpu_busy < 0) return json_null();
+    o = json_object();
+    json_object_set_new(o, "busy", json_real(h->cpu_busy));
+    json_object_set_new(o, "softirq", num(h->cpu_softirq));
+    json_object_set_new(o, "saturated", json_boolean(fabric_cpu_saturated(h->cpu_busy,
+                                                                          h->cpu_softirq)));
+    return o;
 }
 
 static json_t *hosts_json(const fabric_result_t *r)
@@ -63,6 +78,7 @@ static json_t *hosts_json(const fabric_result_t *r)
         json_object_set_new(o, "nranks", json_integer(r->hosts[h].nranks));
         json_object_set_new(o, "leader", json_integer(r->hosts[h].leader));
         json_object_set_new(o, "setup", setup != NULL ? setup : json_null());
+        json_object_set_new(o, "cpu", cpu_json(&r->hosts[h]));
         json_array_append_new(a, o);
     }
     return a;
@@ -106,19 +122,20 @@ static json_t *coll_json(const fabric_result_t *r)
     return a;
 }
 
-static json_t *findings_json(const fabric_result_t *r, const fabric_verdict_t *v)
+static json_t *findings_json(const fabric_result_t *r, const fabric_finding_t *find, int n)
 {
     json_t *a = json_array();
 
-    for (int i = 0; i < v->nfind; i++) {
-        const fabric_finding_t *f = &v->find[i];
+    for (int i = 0; i < n; i++) {
+        const fabric_finding_t *f = &find[i];
         json_t *o = json_object();
         json_object_set_new(o, "kind", json_string(fabric_find_kind_name(f->kind)));
         json_object_set_new(o, "host", idx(f->host));
         if (f->host >= 0 && f->host < r->nhosts)
             json_object_set_new(o, "host_name", json_string(r->hosts[f->host].name));
         json_object_set_new(o, "peer", idx(f->peer));
-        if (f->kind == FABRIC_FIND_LINK && f->peer >= 0 && f->peer < r->nhosts)
+        if ((f->kind == FABRIC_FIND_LINK || (f->kind == FABRIC_FIND_NOT_RETESTED && !f->intra)) &&
+            f->peer >= 0 && f->peer < r->nhosts)
             json_object_set_new(o, "peer_name", json_string(r->hosts[f->peer].name));
         json_object_set_new(o, "rank", idx(f->rank));
         json_object_set_new(o, "metric", json_string(f->metric));
@@ -145,6 +162,8 @@ static json_t *verdict_json(const fabric_result_t *r, const fabric_verdict_t *v)
     json_object_set_new(o, "expect_gbps", json_real(v->expect_gbps));
     json_object_set_new(o, "expect_intra_gbps", json_real(v->expect_intra_gbps));
     json_object_set_new(o, "expect_given", json_boolean(v->expect_given));
+    json_object_set_new(o, "cpu_busy_saturated", json_real(FABRIC_CPU_BUSY_SATURATED));
+    json_object_set_new(o, "cpu_softirq_saturated", json_real(FABRIC_CPU_SOFTIRQ_SATURATED));
     return o;
 }
 
@@ -194,7 +213,8 @@ chorus_status_t fabric_report_json(const fabric_result_t *r, const fabric_verdic
     json_object_set_new(root, "intra", pairs_json(r->intra, r->nintra));
     json_object_set_new(root, "concurrent", concurrent_json(r));
     json_object_set_new(root, "coll", coll_json(r));
-    json_object_set_new(root, "findings", findings_json(r, v));
+    json_object_set_new(root, "findings", findings_json(r, v->find, v->nfind));
+    json_object_set_new(root, "notes", findings_json(r, v->note, v->nnote));
     json_object_set_new(root, "warnings", json_array());
     for (int i = 0; i < v->nwarn; i++)
         json_array_append_new(json_object_get(root, "warnings"), json_string(v->warn[i]));

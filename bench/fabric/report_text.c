@@ -19,6 +19,8 @@ const char *fabric_find_kind_name(fabric_find_kind_t kind)
     case FABRIC_FIND_INTRA: return "intra";
     case FABRIC_FIND_OVERSUB: return "oversub";
     case FABRIC_FIND_COLL: return "coll";
+    case FABRIC_FIND_CPU: return "cpu";
+    case FABRIC_FIND_NOT_RETESTED: return "not_retested";
     }
     return "?";
 }
@@ -67,6 +69,8 @@ static void append_group(const fabric_result_t *r, const fabric_verdict_t *v,
             append(buf, size, "%.4s%s%s", f->metric, f->host >= 0 ? " on " : " (whole job)",
                    f->host >= 0 ? hname(r, f->host) : "");
             break;
+        case FABRIC_FIND_CPU:
+        case FABRIC_FIND_NOT_RETESTED: break; /* notes, never in v->find */
         }
     }
 }
@@ -74,6 +78,8 @@ static void append_group(const fabric_result_t *r, const fabric_verdict_t *v,
 void fabric_verdict_line(const fabric_result_t *r, const fabric_verdict_t *v, char *buf,
                          size_t size)
 {
+    char who[256];
+
     if (size == 0) return;
     buf[0] = '\0';
     if (v->pass) {
@@ -86,6 +92,9 @@ void fabric_verdict_line(const fabric_result_t *r, const fabric_verdict_t *v, ch
     append_group(r, v, FABRIC_FIND_INTRA, "slow intra-host pairs", buf, size);
     append_group(r, v, FABRIC_FIND_OVERSUB, "oversubscribed", buf, size);
     append_group(r, v, FABRIC_FIND_COLL, "slow allreduce", buf, size);
+    /* The line that says what is slow also says why it may be: a host without a free core. */
+    if (fabric_cpu_saturated_hosts(r, v, who, sizeof(who)) > 0)
+        append(buf, size, "; likely cause: saturated CPU on %s", who);
     /* The first group was introduced by "; " for uniformity; the line reads "FAIL: ...". */
     if (strncmp(buf + strlen("chorus-fabric: FAIL"), "; ", 2) == 0)
         buf[strlen("chorus-fabric: FAIL")] = ':';
@@ -248,6 +257,29 @@ static void print_tables(const fabric_result_t *r, const fabric_verdict_t *v, FI
     }
 }
 
+/* Each host's CPU over the rounds; '*' marks a saturated one. */
+static void print_cpu(const fabric_result_t *r, FILE *out)
+{
+    int any = 0;
+
+    for (int h = 0; h < r->nhosts; h++)
+        any |= r->hosts[h].cpu_busy >= 0;
+    if (!any) return;
+    fprintf(out, "Host CPU during the rounds (%%; '*' saturated: busy >= %.0f or softirq >= "
+            "%.0f):\n  %-*s %6s %8s\n", 100 * FABRIC_CPU_BUSY_SATURATED,
+            100 * FABRIC_CPU_SOFTIRQ_SATURATED, name_width(r), "host", "busy", "softirq");
+    for (int h = 0; h < r->nhosts; h++) {
+        const fabric_host_t *x = &r->hosts[h];
+        fprintf(out, "  %-*s", name_width(r), x->name);
+        if (x->cpu_busy < 0) {
+            fprintf(out, " %6s %8s\n", "-", "-");
+            continue;
+        }
+        fprintf(out, " %6.1f %8.1f%s\n", 100 * x->cpu_busy, 100 * x->cpu_softirq,
+                fabric_cpu_saturated(x->cpu_busy, x->cpu_softirq) ? " *" : "");
+    }
+}
+
 /* The pairs measured twice, with the first figures and the better ones kept. */
 static void print_retested(const fabric_result_t *r, FILE *out)
 {
@@ -291,11 +323,15 @@ void fabric_report_text(const fabric_result_t *r, const fabric_verdict_t *v, FIL
         fprintf(out, "n/a (one rank per host)");
     fprintf(out, "; '*' is below %.0f%%\n", v->threshold * 100);
     print_tables(r, v, out);
+    print_cpu(r, out);
     print_retested(r, out);
     fprintf(out, "Findings (%d; causes first, the most severe first within a kind):\n",
             v->nfind);
     for (int i = 0; i < v->nfind; i++)
         fprintf(out, "  %-7s %s\n", fabric_find_kind_name(v->find[i].kind), v->find[i].text);
+    if (v->nnote > 0) fprintf(out, "Notes (%d; they do not fail the run):\n", v->nnote);
+    for (int i = 0; i < v->nnote; i++)
+        fprintf(out, "  %-7s %s\n", fabric_find_kind_name(v->note[i].kind), v->note[i].text);
     if (v->nwarn > 0) fprintf(out, "Warnings (%d; they do not fail the run):\n", v->nwarn);
     for (int i = 0; i < v->nwarn; i++)
         fprintf(out, "  %s\n", v->warn[i]);

@@ -8,6 +8,12 @@
 # line naming what failed: a transport that cannot start (CHORUS_TRANSPORT=ib with no RDMA
 # device; skipped where one exists), and ranks given different options (rank 1 another
 # --time-budget than rank 0).
+# The JSON also holds the host's CPU over the rounds (from /proc/stat), and every pair named
+# slow was retested (issue 21). Then 2 ranks as two hosts (CHORUS_HOSTID) whose CPU samples
+# come from files (CHORUS_FABRIC_PROC_STAT): hostB 96% busy and 41% softirq, hostA 20% busy;
+# with an expectation no link meets, the run fails, its verdict line names hostB's CPU as the
+# likely cause, its notes name hostB alone, and the JSON carries both hosts' figures
+# (about 2 s).
 set -u
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/chorusrun"
@@ -87,6 +93,18 @@ assert all(not p["retested"] or (p["gbps_ab"] >= p["first_gbps_ab"] and
                                  p["gbps_ba"] >= p["first_gbps_ba"]) for p in d["intra"])
 assert all(p["retested"] or p["first_gbps_ab"] is None for p in d["intra"])
 assert d["verdict"]["exit_code"] == int(sys.argv[2]), d["verdict"]
+# The host's CPU over the rounds, from /proc/stat.
+cpu = d["hosts"][0]["cpu"]
+assert cpu is not None and 0 <= cpu["busy"] <= 1 and 0 <= cpu["softirq"] <= 1, cpu
+assert cpu["saturated"] == (cpu["busy"] >= 0.9 or cpu["softirq"] >= 0.3), cpu
+# A pair named slow was measured twice; one below from a single test is only a note.
+retested = {(p["a"], p["b"]): p["retested"] for p in d["intra"]}
+assert all(retested[(f["rank"], f["peer"])] for f in d["findings"] if f["kind"] == "intra"), \
+    d["findings"]
+assert all(not retested[(n["rank"], n["peer"])] for n in d["notes"]
+           if n["kind"] == "not_retested"), d["notes"]
+print("json: cpu %.0f%% busy, %.0f%% softirq; %d notes" % (100 * cpu["busy"],
+                                                          100 * cpu["softirq"], len(d["notes"])))
 # The whole job (host null) with each algorithm; one host: no per-host rows.
 assert sorted(c["algo"] for c in d["coll"]) == ["ring", "tree"], d["coll"]
 assert all(c["host"] in (None, -1) and c["busbw_gbps"] > 0 for c in d["coll"]), d["coll"]
@@ -94,5 +112,39 @@ print("json: 6 intra-host pairs, 2 allreduce rows, verdict", d["verdict"]["line"
 PY
     [ -f "$TMP/html/index.html" ] || fail "no $TMP/html/index.html"
 fi
+
+# A saturated host played from two /proc/stat files per host (start and end of the rounds):
+# 1000 jiffies apart, hostB's with 40 idle and 410 softirq, hostA's with 805 idle.
+printf 'cpu  1000 0 500 8000 100 0 100 0 0 0\n' >"$TMP/hot.0"
+printf 'cpu  1300 0 750 8030 110 0 510 0 0 0\n' >"$TMP/hot.1"
+printf 'cpu  1000 0 500 8000 100 0 100 0 0 0\n' >"$TMP/cool.0"
+printf 'cpu  1150 0 540 8800 105 0 105 0 0 0\n' >"$TMP/cool.1"
+"$RUN" -n 2 -q --timeout 60 -- sh -c 'if [ "$CHORUS_RANK" = 1 ]; then h=hostB s=hot; else h=hostA s=cool; fi
+    CHORUS_HOSTID=$h CHORUS_FABRIC_PROC_STAT="$1/$s.%d" exec "$0" --time-budget 5 \
+        --expect-gbps 100000 --json "$1/cpu.json"' "$FABRIC" "$TMP" >"$TMP/cpu" 2>&1
+rc=$?
+last=$(grep -v '^chorusrun: ' "$TMP/cpu" | tail -n 1)
+echo "2 hosts, hostB's CPU saturated: exit $rc; $last"
+grep '^  cpu ' "$TMP/cpu"
+[ "$rc" -eq 1 ] || fail "the run with an expectation no link meets exited $rc, want 1"
+case "$last" in
+"chorus-fabric: FAIL: "*"; likely cause: saturated CPU on hostB") ;;
+*) fail "the verdict line does not name hostB's CPU as the likely cause"; tail -n 20 "$TMP/cpu" ;;
+esac
+python3 - "$TMP/cpu.json" <<'PY' || fail "the JSON report does not hold the hosts' CPU figures"
+import json, sys
+d = json.load(open(sys.argv[1]))
+cpu = {h["name"]: h["cpu"] for h in d["hosts"]}
+assert abs(cpu["hostB"]["busy"] - 0.96) < 1e-6 and abs(cpu["hostB"]["softirq"] - 0.41) < 1e-6
+assert cpu["hostB"]["saturated"] and not cpu["hostA"]["saturated"], cpu
+assert abs(cpu["hostA"]["busy"] - 0.195) < 1e-6, cpu
+notes = [n for n in d["notes"] if n["kind"] == "cpu"]
+assert [n["host_name"] for n in notes] == ["hostB"], d["notes"]
+assert notes[0]["text"] == ("hostB: CPU 96% busy, 41% softirq during the rounds: a likely cause "
+                            "of the low rates, not the links"), notes[0]["text"]
+# The link named slow was retested first.
+assert all(p["retested"] for p in d["inter"]
+           if any(f["kind"] == "link" for f in d["findings"])), d["inter"]
+PY
 [ "$FAILED" -eq 0 ] || exit 1
 echo "fabric_local: ok"

@@ -1,6 +1,7 @@
 /*
  * chorus-fabric's reports (bench/fabric/report_*.c) of a synthetic 8-host result with host5
- * at half rate: the text ends with the verdict line naming host5, the JSON validates against
+ * at half rate (host3's CPU saturated, and one pair of ranks on host0 slow in its only test):
+ * the text ends with the verdict line naming host5 and host3's CPU, the JSON validates against
  * bench/schema/chorus-fabric.schema.json (python3-jsonschema; else its required keys are
  * checked), and the HTML folder holds index.html and, with gnuplot, a non-empty pairs.png.
  * FABRIC_REPORT_KEEP=DIR keeps the example report in DIR (text, JSON and HTML).
@@ -57,6 +58,15 @@ static int setup_example(void **state)
     g_r->inter[4].retested = 1;
     g_r->inter[4].first_gbps[0] = 0.05;
     g_r->inter[4].first_gbps[1] = 0.06;
+    /* Every host's CPU was sampled; host3's was saturated. */
+    for (int h = 0; h < 8; h++) {
+        g_r->hosts[h].cpu_busy = 0.4;
+        g_r->hosts[h].cpu_softirq = 0.02;
+    }
+    g_r->hosts[3].cpu_busy = 0.97;
+    g_r->hosts[3].cpu_softirq = 0.41;
+    /* Ranks 0-1 on host0 slow in a test that was not repeated: a note, not a finding. */
+    g_r->intra[0].gbps[0] *= 0.5;
     memset(&g_o, 0, sizeof(g_o));
     g_o.threshold = 0.8;
     g_o.time_budget_s = 120;
@@ -108,7 +118,8 @@ static void test_text(void **state)
     last = strrchr(text, '\n');
     assert_non_null(last);
     assert_string_equal(last + 1,
-                        "chorus-fabric: FAIL: slow hosts: host5; slow allreduce: ring (whole job)");
+                        "chorus-fabric: FAIL: slow hosts: host5; slow allreduce: ring (whole job); "
+                        "likely cause: saturated CPU on host3");
     /* The matrix names hosts, flags host5's row, and the setup warning is there. */
     assert_non_null(strstr(text, "host7"));
     assert_non_null(strstr(text, "*"));
@@ -116,6 +127,12 @@ static void test_text(void **state)
     assert_int_equal(g_r->inter[4].a * 10 + g_r->inter[4].b, 5);
     assert_non_null(strstr(text, "\nRetested (flagged by the first test"));
     assert_non_null(strstr(text, "\n  host0-host5: first 0.050, 0.060; kept "));
+    assert_non_null(strstr(text, "\nHost CPU during the rounds"));
+    assert_non_null(strstr(text, "  97.0     41.0 *\n"));
+    assert_non_null(strstr(text, "\nNotes (2; they do not fail the run):\n  cpu     host3: CPU 97% "
+                                 "busy, 41% softirq during the rounds: a likely cause of the low "
+                                 "rates, not the links\n  not_retested not retested: ranks 0-1 on "
+                                 "host0: "));
     free(text);
 }
 
@@ -130,8 +147,9 @@ static void test_pass_line(void **state)
     fabric_verdict_line(r, &v, line, sizeof(line));
     assert_string_equal(line, "chorus-fabric: PASS");
     fabric_verdict_free(&v);
-    /* A link and an intra pair, in the order of the groups. */
+    /* A link, slow in its retest too. */
     r->inter[0].gbps[1] = 0.2;
+    synth_retested(&r->inter[0]);
     assert_int_equal(fabric_analyze(r, &g_o, &v), CHORUS_SUCCESS);
     fabric_verdict_line(r, &v, line, sizeof(line));
     assert_string_equal(line, "chorus-fabric: FAIL: slow links: host0-host1");
@@ -149,7 +167,7 @@ static void check_keys(json_t *j)
 {
     const char *top[] = {"tool", "schema_version", "verdict", "options", "run", "hosts",
                          "host_of", "inter", "intra", "concurrent", "coll", "findings",
-                         "warnings"};
+                         "notes", "warnings"};
     for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
         assert_non_null(json_object_get(j, top[i]));
 }
@@ -175,6 +193,20 @@ static void test_json(void **state)
     assert_non_null(f0);
     assert_true(json_is_object(json_object_get(json_array_get(json_object_get(j, "hosts"), 3),
                                                "setup")));
+    /* Every host's CPU; host3 saturated. The notes: host3's CPU, then the pair not retested. */
+    for (int h = 0; h < 8; h++) {
+        json_t *cpu = json_object_get(json_array_get(json_object_get(j, "hosts"), (size_t)h),
+                                      "cpu");
+        assert_true(json_is_object(cpu));
+        assert_true(json_real_value(json_object_get(cpu, "busy")) == (h == 3 ? 0.97 : 0.4));
+        assert_int_equal(json_boolean_value(json_object_get(cpu, "saturated")), h == 3);
+    }
+    assert_int_equal(json_array_size(json_object_get(j, "notes")), 2);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(j, "notes"), 0), "kind")), "cpu");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(j, "notes"), 1), "kind")),
+                        "not_retested");
     json_decref(j);
     if (access(SCHEMA, R_OK) != 0 || run_status("python3 -c 'import jsonschema' 2>/dev/null")) {
         print_message("skipped: schema validation (python3-jsonschema or %s missing); "
@@ -209,6 +241,8 @@ static void test_html(void **state)
     assert_non_null(page);
     assert_non_null(strstr(page, "chorus-fabric: FAIL: slow hosts: host5"));
     assert_non_null(strstr(page, "<th>host5</th>"));
+    assert_non_null(strstr(page, "<h2>Notes</h2>"));
+    assert_non_null(strstr(page, "<h2>Host CPU during the rounds</h2>"));
     snprintf(path, sizeof(path), "%s/pairs.dat", g_dir);
     assert_int_equal(stat(path, &sb), 0);
     if (run_status("gnuplot --version >/dev/null 2>&1") != 0) {
