@@ -95,6 +95,8 @@ tool openmpi "$(command -v mpicc.openmpi)" "bench/compare.sh, mpirun tests" \
     "no Open MPI comparison or mpirun tests (apt-get install libopenmpi-dev openmpi-bin)"
 tool gloo "$([ -f /usr/include/gloo/allreduce.h ] && echo 1)" "bench/compare.sh" \
     "no Gloo comparison (apt-get install libgloo-dev)"
+tool slurm "$(command -v slurmd)" "make cluster-test: a real Slurm on emulated hosts" \
+    "make cluster-test skips Slurm (apt-get install slurmd slurmctld slurm-client munge)"
 tool valgrind "$(command -v valgrind)" "leak tests" "no valgrind leak tests (apt-get install valgrind)"
 tool gnuplot "$(command -v gnuplot)" "chorus-bench --plot" "no plots (apt-get install gnuplot-nox)"
 
