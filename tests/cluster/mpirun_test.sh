@@ -12,17 +12,21 @@
 # example      mpirun -np 8 examples/allreduce: "allreduce of 1024 floats over 8 ranks: ok"
 # bench        mpirun -np 8 chorus-bench allreduce -b 8 -e 1M -f 4: "nranks 8", "hosts 4"
 #              and "Out of bounds values : 0 OK"
+# fabric       mpirun -np 8 chorus-fabric --time-budget 20 on 8 hosts of 1 slot, links at
+#              200 Mbit/s (on unlimited veths the 2 cores saturate and it rightly fails,
+#              naming the CPU): "8 hosts, 8 ranks" and "chorus-fabric: PASS"
 #
 # Each must also exit 0. --explicit-root sends the ranks CHORUS_ROOT (host0) and
 # CHORUS_SECRET with mpirun -x, to check the harness itself without the library's own
 # Open MPI/PMIx bootstrap. --only NAME runs one case (repeatable). The logs of failed cases
 # are printed (last 25 lines). Not named test_*: the default `make test` does not run it
-# (about 1 minute on 2 cores). Exit status: 0 every case passed, 1 one failed, 77 skipped
+# (about 1.5 minutes on 2 cores). Exit status: 0 every case passed, 1 one failed, 77 skipped
 # (no root, namespaces or mpirun).
 set -u
 BUILD=${BUILD:-build}
 HERE=$(dirname "$0")
 BENCH="$BUILD/bin/chorus-bench"
+FABRIC="$BUILD/bin/chorus-fabric"
 EXAMPLE="$BUILD/examples/allreduce"
 SUBNET=10.215.0
 EXPLICIT=0
@@ -37,7 +41,7 @@ while [ $# -gt 0 ]; do
     *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2 ;;
     esac
 done
-for f in "$BENCH" "$EXAMPLE"; do [ -x "$f" ] || { echo "missing $f (run make)"; exit 1; }; done
+for f in "$BENCH" "$FABRIC" "$EXAMPLE"; do [ -x "$f" ] || { echo "missing $f (run make)"; exit 1; }; done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/chorus-mpirun-test.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 FAILED=0
@@ -109,6 +113,14 @@ if wanted bench; then
         allreduce -b 8 -e 1M -f 4
     check bench 'nranks 8 ' '^# hosts 4 ' 'Out of bounds values : 0 OK'
     grep -E '^# (chorus-bench|hosts|Avg bus)' "$TMP/bench.log" | sed 's/^/    /'
+fi
+
+if wanted fabric; then
+    # shellcheck disable=SC2086
+    run fabric --hosts 8 --slots 1 --rate 200mbit --timeout 200 -- mpirun -np 8 $ROOTARGS \
+        "$FABRIC" --time-budget 20
+    check fabric '^chorus-fabric: 8 hosts, 8 ranks' '^chorus-fabric: PASS'
+    grep -E '^chorus-fabric: ' "$TMP/fabric.log" | sed 's/^/    /'
 fi
 
 [ "$FAILED" -eq 0 ] && echo "mpirun_test: all passed" || echo "mpirun_test: FAILED"
