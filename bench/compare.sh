@@ -145,11 +145,16 @@ ngloo=$#
 lo_stats=/sys/class/net/lo/statistics/tx_bytes
 
 # Iterations for the sizes of a band: "band_iters SIZE" prints "ITERS WARMUP".
-# Small calls take 0.1 to 50 us here, where one preemption costs milliseconds: 200 of
-# them (50 up to 1 MiB) average such a spike away, and still take about a second a size.
+# Small calls take 0.1 to 50 us here, where one preemption costs milliseconds and the first
+# thousand calls still find cold caches and lazily bound symbols: as OSU's micro-benchmarks
+# do, small sizes get thousands of iterations (5000 up to 4 KiB, 2000 up to 32 KiB: at most
+# a few tenths of a second a size; Gloo, 100 times slower, at most 200: see run), the large
+# ones fewer (50 up to 1 MiB, then 10 and 3).
 band_iters() {
-    if [ "$1" -le 32768 ]; then
-        echo "200 20"
+    if [ "$1" -le 4096 ]; then
+        echo "5000 500"
+    elif [ "$1" -le 32768 ]; then
+        echo "2000 200"
     elif [ "$1" -le 1048576 ]; then
         echo "50 5"
     elif [ "$1" -le 4194304 ]; then
@@ -219,8 +224,11 @@ lo_bytes() { cat "$lo_stats" 2>/dev/null || echo 0; }
 # $outdir/LIB.N.COLL.skip). LIB is chorus, ompi or gloo-ALGO. The bytes lo carried
 # meanwhile are added up in $outdir/LIB.N.COLL.lo.
 run() {
-    lib=$1 n=$2 coll=$3 blo=$4 bhi=$5
-    args="$coll -b $blo -e $bhi -f $factor -n $6 -w $7 -c 1"
+    lib=$1 n=$2 coll=$3 blo=$4 bhi=$5 iters=$6 warm=$7
+    # Gloo's small calls take 0.1 to 10 ms here (TCP on loopback): 200 of them average its
+    # spikes away as well as thousands do the others', in minutes less.
+    case $lib in gloo-*) [ "$iters" -gt 200 ] && iters=200 warm=20 ;; esac
+    args="$coll -b $blo -e $bhi -f $factor -n $iters -w $warm -c 1"
     raw="$outdir/$lib.$n.$coll.raw"
     # MPIRUN_ARGS and args are word lists, split on purpose.
     # shellcheck disable=SC2086

@@ -133,7 +133,7 @@ chorus_status_t arena__enter(chorus_arena_t *a, const char *what)
     chorus_status_t status = arena__wait_all(a, a->step, what);
     char late[96];
 
-    a->first_step[(a->opno + 1) % ARENA_EAGER_DEPTH] = a->step + 1;
+    a->first_step[(a->opno + 1) % a->eager_depth] = a->step + 1;
     if (status == CHORUS_SUCCESS && a->eager_unchecked) status = arena__eager_check(a, what);
     if (status != CHORUS_SUCCESS || !a->unchecked) return status;
     a->unchecked = 0;

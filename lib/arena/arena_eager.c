@@ -6,13 +6,13 @@
  * (their messages wait in the readers' queues), so a loop of them costs about one write
  * per call; on the arena's one-step path every call needs every rank scheduled once, which
  * on oversubscribed cores was 10-40 us per call. Here each rank owns a ring of
- * ARENA_EAGER_DEPTH entries (signature and data). A writer fills the entry of this call and
- * publishes its step; a reader waits only for the writers it reads, compares their entry's
- * signature with its own call, and reads. So a writer may run up to ARENA_EAGER_DEPTH - 1
- * calls ahead: before it overwrites the entry of call k - DEPTH it waits until every rank
- * has published the first step of call k - DEPTH + 1, by which time every reader of call
- * k - DEPTH had finished (a rank reads a call's data before it publishes anything for the
- * next). Any call that is not eager starts by waiting for every rank (arena__enter), which
+ * D = arena__eager_depth(nlocal) entries (signature and data; 128 up to 64 local ranks). A
+ * writer fills the entry of this call and publishes its step; a reader waits only for the
+ * writers it reads, compares their entry's signature with its own call, and reads. So a
+ * writer may run up to D - 1 calls ahead: before it overwrites the entry of call k - D it
+ * waits until every rank has published the first step of call k - D + 1, by which time
+ * every reader of call k - D had finished (a rank reads a call's data before it publishes
+ * anything for the next). Any call that is not eager starts by waiting for every rank (arena__enter), which
  * also covers what eager calls leave behind.
  *
  * Checks: a reader compares the signatures of the entries it reads; a writer compares
@@ -31,7 +31,7 @@
 
 static arena_eager_t *eager_entry(const chorus_arena_t *a, int r, uint64_t opno)
 {
-    size_t i = (size_t)r * ARENA_EAGER_DEPTH + (size_t)(opno % ARENA_EAGER_DEPTH);
+    size_t i = (size_t)r * a->eager_depth + (size_t)(opno % a->eager_depth);
     return (arena_eager_t *)(void *)(a->eager + i * sizeof(arena_eager_t));
 }
 
@@ -96,11 +96,11 @@ chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *
 
     if (writes) {
         /* The first step of call opno - DEPTH + 1 (0 before there was one). */
-        status = arena__wait_all(a, a->first_step[(opno + 1) % ARENA_EAGER_DEPTH], what);
+        status = arena__wait_all(a, a->first_step[(opno + 1) % a->eager_depth], what);
         if (status != CHORUS_SUCCESS) return status;
     }
     a->opno = opno;
-    a->first_step[opno % ARENA_EAGER_DEPTH] = step;
+    a->first_step[opno % a->eager_depth] = step;
     memset(&sig, 0, sizeof sig);
     sig.count = count;
     sig.opno = (uint16_t)opno;

@@ -279,6 +279,7 @@ static void arena_free(chorus_arena_t *a)
     free(a->pids);
     free(a->pid_check);
     free((void *)a->srcs);
+    free(a->seen);
     free(a->tmp);
     free(a);
 }
@@ -290,6 +291,7 @@ static chorus_status_t arena_alloc(const chorus_arena_params_t *p, chorus_arena_
 
     if (a == NULL) goto err;
     a->n = p->nlocal;
+    a->eager_depth = arena__eager_depth((uint32_t)p->nlocal);
     a->me = p->local_index;
     a->rank = p->rank;
     a->timeout_s = p->timeout_s;
@@ -299,7 +301,10 @@ static chorus_status_t arena_alloc(const chorus_arena_params_t *p, chorus_arena_
     a->pids = calloc((size_t)a->n, sizeof *a->pids);
     a->pid_check = calloc((size_t)a->n, 1);
     a->srcs = calloc((size_t)a->n, sizeof *a->srcs);
-    if (a->ranks == NULL || a->pids == NULL || a->pid_check == NULL || a->srcs == NULL) goto err;
+    a->seen = calloc((size_t)a->n, sizeof *a->seen);
+    if (a->ranks == NULL || a->pids == NULL || a->pid_check == NULL || a->srcs == NULL ||
+        a->seen == NULL)
+        goto err;
     *a_p = a;
     return CHORUS_SUCCESS;
 

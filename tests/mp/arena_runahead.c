@@ -32,7 +32,7 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"iters", required_argument, NULL, 'i'}, {0, 0, 0, 0}};
     static const size_t counts[] = {1, 2, 100, 300, 5000, 200003};
-    int rank, n, c, iters = 400;
+    int rank, n, c, iters = 700;
     const char *algo = NULL;
     chorus_comm_t comm;
     int32_t *send, *recv;
@@ -55,10 +55,11 @@ int main(int argc, char **argv)
     if (send == NULL || recv == NULL) return 1;
     for (int k = 0; k < iters && failures == 0; k++) {
         size_t count = counts[(k / 4) % (sizeof counts / sizeof counts[0])];
-        /* Every third hundred calls are small broadcasts from one root, then small reduces
-         * to one root, so that their writers run as far ahead as the eager rings let them;
-         * the others mix all four with rotating roots. */
-        int phase = (k / 100) % 3, root = phase == 1 ? 0 : phase == 2 ? n - 1 : (k / 2) % n;
+        /* In every 700 calls: 100 that mix all four with rotating roots, then 300 small
+         * broadcasts from one root and 300 small reduces to one root, so that their writers
+         * run as far ahead as the eager rings let them and wrap around them (128 entries). */
+        int at = k % 700, phase = at < 100 ? 0 : at < 400 ? 1 : 2;
+        int root = phase == 1 ? 0 : phase == 2 ? n - 1 : (k / 2) % n;
         int kind = phase == 0 ? k % 4 : phase - 1;
         chorus_status_t st = CHORUS_SUCCESS;
 
