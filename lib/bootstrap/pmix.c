@@ -45,7 +45,6 @@ chorus_status_t chorus__pmix_share_id(int rank, int nnodes, double timeout_s,
 
 #else
 
-#include "util/sock.h"
 
 #include <arpa/inet.h>
 #include <limits.h>

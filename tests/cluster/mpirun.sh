@@ -78,23 +78,9 @@ while [ $# -gt 0 ]; do
 done
 
 [ -n "$PREFIX" ] || PREFIX="chm$$"
-case "$PREFIX" in *[!A-Za-z0-9_]* | '') die "--prefix must be letters, digits and _" ;; esac
-if [ "$CLEAN" -eq 1 ]; then
-    nl_check_tools
-    mkdir -p "$NL_STATE_ROOT" && nl_clean_stale
-    nl_teardown "$PREFIX"
-    exit 0
-fi
-[ $# -gt 0 ] || [ "$KEEP" -eq 1 ] || die "no command given (after --)"
-is_uint "$HOSTS" && [ "$HOSTS" -ge 1 ] && [ "$HOSTS" -le 16 ] || die "--hosts must be 1..16"
+SUBNET_EXAMPLE=10.215.0
+nl_options_done mpirun.sh $#
 is_uint "$SLOTS" && [ "$SLOTS" -ge 1 ] && [ "$SLOTS" -le 256 ] || die "--slots must be 1..256"
-is_uint "$TIMEOUT" && [ "$TIMEOUT" -ge 1 ] || die "--timeout must be seconds"
-echo "$SUBNET" | grep -Eq '^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$' ||
-    die "--subnet is the first three octets of a /24, e.g. 10.215.0"
-
-nl_check_tools
-[ -z "$RATE" ] || command -v tc >/dev/null 2>&1 ||
-    nl_skip "'tc' not installed (needed for --rate)"
 command -v mpirun >/dev/null 2>&1 || nl_skip "mpirun not installed (apt-get install openmpi-bin)"
 
 nl_claim "$PREFIX"

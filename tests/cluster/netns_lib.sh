@@ -12,6 +12,10 @@
 #                                  node: what `ip netns exec` shows as /etc/hosts
 #   nl_in PREFIX NAME cmd...       runs cmd in namespace PREFIX-NAME with host name NAME
 #   nl_clean_env                   unsets every launcher and rendezvous variable
+#   nl_options_done TOOL NARGS     after option parsing: checks PREFIX, runs --clean
+#                                  (CLEAN=1: tears PREFIX down and exits), checks that a
+#                                  command was given (NARGS) unless KEEP=1, and HOSTS,
+#                                  TIMEOUT, SUBNET and RATE; errors exit 2 naming TOOL
 #   nl_teardown PREFIX             kills every process in the run's namespaces, deletes
 #                                  them, its /etc/netns files and its state directory
 #
@@ -26,6 +30,26 @@
 NL_STATE_ROOT=${NL_STATE_ROOT:-/run/chorus-cluster}
 
 nl_skip() { echo "skipped: $*"; exit 77; }
+
+nl_options_done() {
+    _die() { echo "$1: $2" >&2; exit 2; }
+    _uint() { case "$1" in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
+    case "$PREFIX" in *[!A-Za-z0-9_]* | '') _die "$1" "--prefix must be letters, digits and _" ;; esac
+    if [ "$CLEAN" -eq 1 ]; then
+        nl_check_tools
+        mkdir -p "$NL_STATE_ROOT" && nl_clean_stale
+        nl_teardown "$PREFIX"
+        exit 0
+    fi
+    [ "$2" -gt 0 ] || [ "$KEEP" -eq 1 ] || _die "$1" "no command given (after --)"
+    _uint "$HOSTS" && [ "$HOSTS" -ge 1 ] && [ "$HOSTS" -le 16 ] || _die "$1" "--hosts must be 1..16"
+    _uint "$TIMEOUT" && [ "$TIMEOUT" -ge 1 ] || _die "$1" "--timeout must be seconds"
+    echo "$SUBNET" | grep -Eq '^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$' ||
+        _die "$1" "--subnet is the first three octets of a /24, e.g. $SUBNET_EXAMPLE"
+    nl_check_tools
+    [ -z "$RATE" ] || command -v tc >/dev/null 2>&1 ||
+        nl_skip "'tc' not installed (needed for --rate)"
+}
 
 nl_check_tools() {
     [ "$(id -u)" -eq 0 ] || nl_skip "not root (network namespaces need CAP_SYS_ADMIN)"
