@@ -7,8 +7,11 @@
  * per call; on the arena's one-step path every call needs every rank scheduled once, which
  * on oversubscribed cores was 10-40 us per call. Here each rank owns a ring of
  * D = arena__eager_depth(nlocal) entries (signature and data; 128 up to 64 local ranks). A
- * writer fills the entry of this call and publishes its step; a reader waits only for the
- * writers it reads, compares their entry's signature with its own call, and reads. So a
+ * writer fills the entry of this call, stamps it with the call's step and publishes the step;
+ * a reader waits only for the writers it reads, polling their entries rather than their
+ * control lines (so a writer's publication does not stall on a line its readers keep
+ * pulling away: 2 ranks, broadcast of 8 B, 0.45 -> 0.25 us a call), compares their entry's
+ * signature with its own call, and reads. So a
  * writer may run up to D - 1 calls ahead: before it overwrites the entry of call k - D it
  * waits until every rank has published the first step of call k - D + 1, by which time
  * every reader of call k - D had finished (a rank reads a call's data before it publishes
@@ -83,6 +86,17 @@ static chorus_status_t eager_compare(chorus_arena_t *a, int r, const arena_sig_t
     return arena__sig_mismatch(a, r, theirs, sig, what);
 }
 
+/* Waits until writer r has filled its entry of the call of this step: a short spin on the
+ * entry itself, then the common wait on r's control line (deadline, dead peers, sleep). */
+static chorus_status_t eager_wait(chorus_arena_t *a, uint64_t step, int r, const char *what)
+{
+    const arena_eager_t *e = eager_entry(a, r, a->opno);
+
+    for (int i = 0; i < 256; i++)
+        if (atomic_load_explicit(&e->step, memory_order_acquire) == step) return CHORUS_SUCCESS;
+    return arena__wait_range(a, step, r, r + 1, what);
+}
+
 chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *sendbuf,
                              void *recvbuf, size_t count, chorus_dtype_t dtype, chorus_op_t op,
                              int root, const char *what)
@@ -92,7 +106,7 @@ chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *
     int writes = coll == CHORUS_COLL_BROADCAST ? a->me == root : a->me != root;
     uint8_t own[ARENA_EAGER_MAX];
     arena_sig_t sig;
-    chorus_status_t status;
+    chorus_status_t status = CHORUS_SUCCESS;
 
     if (writes) {
         /* The first step of call opno - DEPTH + 1 (0 before there was one). */
@@ -113,6 +127,7 @@ chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *
      * writers put data there. */
     eager_entry(a, a->me, opno)->sig = sig;
     if (writes) memcpy(eager_entry(a, a->me, opno)->data, sendbuf, bytes);
+    atomic_store_explicit(&eager_entry(a, a->me, opno)->step, step, memory_order_release);
     a->chain = eager_mix(eager_mix(a->chain, sig.count),
                          (uint64_t)sig.opno | (uint64_t)sig.root << 16 |
                              (uint64_t)sig.coll << 32 | (uint64_t)sig.dtype << 40 |
@@ -126,14 +141,15 @@ chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *
             if (sendbuf != recvbuf) memcpy(recvbuf, sendbuf, bytes);
             return CHORUS_SUCCESS;
         }
-        status = arena__wait_range(a, step, root, root + 1, what);
+        status = eager_wait(a, step, root, what);
         if (status == CHORUS_SUCCESS) status = eager_compare(a, root, &sig, what);
         if (status != CHORUS_SUCCESS) return status;
         memcpy(recvbuf, eager_entry(a, root, opno)->data, bytes);
         return CHORUS_SUCCESS;
     }
     if (a->me != root) return CHORUS_SUCCESS;
-    status = arena__wait_all(a, step, what);
+    for (int r = 0; r < a->n && status == CHORUS_SUCCESS; r++)
+        if (r != root) status = eager_wait(a, step, r, what);
     for (int r = 0; r < a->n && status == CHORUS_SUCCESS; r++)
         if (r != root) status = eager_compare(a, r, &sig, what);
     if (status != CHORUS_SUCCESS) return status;

@@ -60,7 +60,11 @@ static inline uint32_t arena__eager_depth(uint32_t nlocal)
 }
 
 typedef struct {
-    alignas(ARENA_LINE) arena_sig_t sig;
+    /* The step of the call this entry holds, stored (release) after its signature and data:
+     * a reader polls this line rather than the writer's control line, so the writer's
+     * publication does not wait for a line its readers keep pulling away. */
+    alignas(ARENA_LINE) _Atomic uint64_t step;
+    arena_sig_t sig;
     alignas(ARENA_LINE) uint8_t data[ARENA_EAGER_MAX];
 } arena_eager_t;
 

@@ -104,22 +104,41 @@ chorus_status_t chorus__comm_check_failed_async(chorus_comm_t comm, const char *
                          opname, chorus_status_string((chorus_status_t)status), first);
 }
 
+/* Makes comm->seq_text spell seq: one digit's carry in place when seq follows the number it
+ * spelled (nearly every call), all digits otherwise. */
+static void comm_seq_text(chorus_comm_t comm, uint64_t seq)
+{
+    char *t = comm->seq_text;
+    size_t end = sizeof comm->seq_text - 1, i = end;
+
+    if (seq == comm->seq_text_of + 1 && comm->seq_text_of != 0) {
+        while (i > comm->seq_text_at && t[i - 1] == '9') t[--i] = '0';
+        if (i > comm->seq_text_at) t[i - 1]++;
+        else t[--comm->seq_text_at] = '1';
+    } else {
+        t[end] = '\0';
+        do {
+            t[--i] = (char)('0' + seq % 10);
+            seq /= 10;
+        } while (seq > 0);
+        comm->seq_text_at = (uint8_t)i;
+    }
+}
+
 void chorus__comm_what(chorus_comm_t comm, const char *name, char *buf, size_t len)
 {
-    char digits[24];
     uint64_t seq = ++comm->seq;
-    size_t n = 0, i = 0;
+    size_t nlen = strlen(name), dlen;
 
     chorus__hang_begin(comm, name, seq);
-    do {
-        digits[n++] = (char)('0' + seq % 10);
-        seq /= 10;
-    } while (seq > 0);
-    while (*name != '\0' && i + 3 + n < len) buf[i++] = *name++;
-    buf[i++] = ' ';
-    buf[i++] = '#';
-    while (n > 0) buf[i++] = digits[--n];
-    buf[i] = '\0';
+    comm_seq_text(comm, seq);
+    comm->seq_text_of = seq;
+    dlen = sizeof comm->seq_text - 1 - comm->seq_text_at;
+    if (nlen + 2 + dlen + 1 > len) nlen = len > dlen + 3 ? len - dlen - 3 : 0;
+    memcpy(buf, name, nlen);
+    buf[nlen] = ' ';
+    buf[nlen + 1] = '#';
+    memcpy(buf + nlen + 2, comm->seq_text + comm->seq_text_at, dlen + 1);
 }
 
 chorus_status_t chorus__comm_exec(chorus_comm_t comm, const chorus_sched_t *sched,

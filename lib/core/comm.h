@@ -95,6 +95,9 @@ struct chorus_comm {
     chorus_sched_entry_t cache[CHORUS_SCHED_CACHE_SIZE];
     uint64_t cache_clock;
     uint64_t seq;                      /* numbers operations in messages: "allreduce #12" */
+    uint64_t seq_text_of;              /* the number seq_text spells (0: none yet) */
+    char seq_text[24];                 /* its decimal digits, right-aligned, NUL-terminated */
+    uint8_t seq_text_at;               /* where the digits start in seq_text */
     int hang_slot;                     /* the comm's slot of the hang report (hang.c), or -1 */
     uint64_t logged[CHORUS_NUM_COLLS]; /* size classes whose algorithm choice was logged */
 

@@ -31,7 +31,7 @@ typedef struct {
     _Atomic(const char *) name;      /* of the call in flight, or of the last one */
     atomic_uint_least64_t seq;       /* the call in flight; 0: idle */
     atomic_uint_least64_t last_done; /* the last call that returned */
-    atomic_uint_least64_t since_ns;  /* when the call in flight started */
+    atomic_uint_least64_t since_ns;  /* when the call in flight started (coarse clock) */
     atomic_uint_least64_t reported;  /* the seq whose timeout line was written */
 } hang_slot_t;
 
@@ -100,7 +100,7 @@ static void put_head(hang_line_t *l, const hang_slot_t *s, const char *state, ui
 static void hang_on_signal(int sig, siginfo_t *info, void *ctx)
 {
     int saved_errno = errno;
-    uint64_t now = chorus__now_ns();
+    uint64_t now = chorus__now_coarse_ns();
 
     for (int i = 0; i < HANG_SLOTS; i++) {
         hang_slot_t *s = &hang_slots[i];
@@ -191,7 +191,7 @@ void chorus__hang_begin(struct chorus_comm *comm, const char *name, uint64_t seq
     prev = atomic_load_explicit(&s->seq, memory_order_relaxed);
     if (prev != 0) atomic_store_explicit(&s->last_done, prev, memory_order_relaxed);
     atomic_store_explicit(&s->name, name, memory_order_relaxed);
-    atomic_store_explicit(&s->since_ns, chorus__now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&s->since_ns, chorus__now_coarse_ns(), memory_order_relaxed);
     atomic_store_explicit(&s->seq, seq, memory_order_release);
 }
 
@@ -246,7 +246,7 @@ void chorus__hang_report_exec(struct chorus_comm *comm, chorus_status_t status,
     /* One line per timed-out call, whichever path reports it first. */
     if (atomic_exchange_explicit(&s->reported, seq, memory_order_relaxed) == seq) return;
     l.len = 0;
-    put_head(&l, s, "timeout", chorus__now_ns());
+    put_head(&l, s, "timeout", chorus__now_coarse_ns());
     put_str(&l, " waiting=");
     put_pending(&l, x);
     put_str(&l, " :: ");

@@ -7,6 +7,11 @@
 /* Nanoseconds of CLOCK_MONOTONIC. */
 uint64_t chorus__now_ns(void);
 
+/* Nanoseconds of CLOCK_MONOTONIC_COARSE: a few milliseconds behind, five times cheaper to
+ * read (6 ns against 28 here). For time stamps taken on every call that only reports read,
+ * in milliseconds. */
+uint64_t chorus__now_coarse_ns(void);
+
 /* A deadline seconds from now; seconds <= 0 means no deadline (UINT64_MAX). */
 uint64_t chorus__deadline_after(double seconds);
 
