@@ -47,7 +47,7 @@ LDLIBS   += $(CONFIG_LIBS) -lpthread -lm -lrt -ldl
 LIB_SRCS  := $(sort $(wildcard kernels/*.c lib/*/*.c lib/transport/*/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 TOOL_NAMES:= chorusrun
-BENCH_NAMES := chorus-bench chorus-fabric tcp-ceiling
+BENCH_NAMES := chorus-bench chorus-fabric tcp-ceiling shm-floor
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 MP_SRCS   := $(sort $(wildcard tests/mp/*.c))
@@ -186,6 +186,11 @@ $(BUILD)/bin/gloo-bench: bench/gloo/gloo-bench.cc bench/mpi/peer.h
 
 # The raw loopback tcp ceiling of compare.sh -t tcp: plain sockets, no libchorus on purpose.
 $(BUILD)/bin/tcp-ceiling: $(wildcard bench/ceiling/*.c) $(CONFIG)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^)
+
+# The shared-memory round-trip floor of two processes (no libchorus on purpose).
+$(BUILD)/bin/shm-floor: $(wildcard bench/floor/*.c) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^)
 
