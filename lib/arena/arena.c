@@ -143,9 +143,7 @@ chorus_status_t arena__enter(chorus_arena_t *a, const char *what)
     for (int r = 0; r < a->n; r++) {
         int32_t failed = atomic_load_explicit(&a->ctl[r].failed, memory_order_acquire);
         if (failed != 0 && r != a->me)
-            return arena__fail(a, chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank "
-                                                "%d failed (%s)", a->rank, late, a->ranks[r],
-                                                chorus_status_string((chorus_status_t)failed)));
+            return arena__fail(a, arena__peer_failed(a, r, failed, late));
     }
     return arena__check_sigs(a, (int)(a->opno & 1), late);
 }

@@ -202,6 +202,11 @@ void arena__publish(chorus_arena_t *a, uint64_t step);
 chorus_status_t arena__wait_slow(chorus_arena_t *a, uint64_t step, int first, int end,
                                  const char *what);
 
+/* The error for local rank r's failed flag: CHORUS_ERR_MISMATCH when r found a mismatch
+ * (every rank reports it as one), else CHORUS_ERR_REMOTE naming r and its status. */
+chorus_status_t arena__peer_failed(const chorus_arena_t *a, int r, int32_t failed,
+                                   const char *what);
+
 /* Marks this rank failed with status in the segment (peers stop waiting for it) and
  * returns status. */
 chorus_status_t arena__fail(chorus_arena_t *a, chorus_status_t status);

@@ -71,6 +71,19 @@ static void arena_missing_list(const chorus_arena_t *a, uint64_t step, int first
         used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", a->ranks[r]);
 }
 
+chorus_status_t arena__peer_failed(const chorus_arena_t *a, int r, int32_t failed,
+                                   const char *what)
+{
+    /* A mismatch found anywhere is every rank's mismatch: the calls did not agree, and the
+     * ranks that could not compare learn it from the one that did. */
+    if (failed == CHORUS_ERR_MISMATCH)
+        return chorus__error(CHORUS_ERR_MISMATCH, "rank %d: arena: %s: rank %d found that the "
+                             "ranks' calls differ (its error names both calls)", a->rank, what,
+                             a->ranks[r]);
+    return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank %d failed (%s)", a->rank,
+                         what, a->ranks[r], chorus_status_string((chorus_status_t)failed));
+}
+
 /* A peer that will never arrive: it gave up (failed flag) or its process is gone. */
 static chorus_status_t arena_check_peers(chorus_arena_t *a, uint64_t step, int first, int end,
                                          int check_pids, const char *what)
@@ -79,10 +92,7 @@ static chorus_status_t arena_check_peers(chorus_arena_t *a, uint64_t step, int f
          r = arena_missing(a, step, r + 1, end)) {
         int32_t failed = atomic_load_explicit(&a->ctl[r].failed, memory_order_acquire);
 
-        if (failed != 0)
-            return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank %d failed (%s)",
-                                 a->rank, what, a->ranks[r],
-                                 chorus_status_string((chorus_status_t)failed));
+        if (failed != 0) return arena__peer_failed(a, r, failed, what);
         if (check_pids && a->pid_check[r] && chorus__pid_dead(a->pids[r]))
             return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: rank %d (pid %u) died",
                                  a->rank, what, a->ranks[r], a->pids[r]);

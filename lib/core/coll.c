@@ -177,7 +177,9 @@ static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call
     }
     if (status != CHORUS_SUCCESS) {
         chorus__error_context(status, "rank %d", comm->rank);
-        return chorus__comm_record_error(comm, status);
+        chorus__comm_record_error(comm, status);
+        chorus__comm_leave(comm, status);
+        return status;
     }
     chorus__hang_end(comm);
     return coll_finish_avg(comm, call, what);

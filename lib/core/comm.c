@@ -72,7 +72,22 @@ chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t st
         atomic_store_explicit(&comm->async_error, (int)status, memory_order_release);
     }
     pthread_mutex_unlock(&comm->err_lock);
+    /* Local peers waiting in the arena for this rank learn at once of a mismatch found on
+     * another path (a schedule, a device call), and report one too. (The arena marks its
+     * own failures itself; other failures are left to their detection and deadlines.) */
+    if (comm->arena != NULL && status == CHORUS_ERR_MISMATCH)
+        (void)chorus__arena_fail(comm->arena, status);
     return status;
+}
+
+void chorus__comm_leave(chorus_comm_t comm, chorus_status_t status)
+{
+    /* Only a mismatch: the one failure the other ranks cannot see for themselves (a death
+     * they detect, a deadline they have; a rank that left at its own deadline would turn
+     * theirs, due the same instant, into a remote failure). */
+    if (status != CHORUS_ERR_MISMATCH) return;
+    for (int t = 0; t < comm->ntps; t++)
+        chorus__tp_leave(comm->tps[t].ops, comm->tps[t].tp, status);
 }
 
 void chorus__comm_quiesce(chorus_comm_t comm)
@@ -156,6 +171,7 @@ chorus_status_t chorus__comm_exec(chorus_comm_t comm, const chorus_sched_t *sche
         chorus__error_context(status, "rank %d", comm->rank);
         chorus__hang_report_exec(comm, status, chorus_last_error(), &comm->exec);
         chorus__comm_record_error(comm, status);
+        chorus__comm_leave(comm, status);
     } else {
         chorus__hang_end(comm);
     }

@@ -148,6 +148,12 @@ chorus_status_t chorus__validate_p2p(chorus_comm_t comm, const char *opname, con
  * already has one. Returns status. */
 chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t status);
 
+/* After a failure recorded by the thread that drives the comm's transports (a schedule's
+ * or the arena's error): if it was a mismatch, tells every peer now that this rank left
+ * because of one (transport op leave), so that their waits end at once with a mismatch
+ * too. Other failures are left to the peers' own detection and deadlines. */
+void chorus__comm_leave(chorus_comm_t comm, chorus_status_t status);
+
 /* CHORUS_SUCCESS, or the comm's first error with a message saying that it failed earlier.
  * Host-side calls use it: it first waits for the comm's device work in flight. */
 chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname);

@@ -244,8 +244,10 @@ static chorus_status_t sig_post(chorus_exec_t *x)
 }
 
 /* On an error: a mismatched signature that already arrived explains it (a length error
- * on data is what a mismatch typically causes), so it is reported instead. Returns
- * CHORUS_ERR_MISMATCH then, else status with the message untouched. */
+ * on data is what a mismatch typically causes), so it is reported instead: x->status is
+ * then CHORUS_ERR_MISMATCH with both calls in the message, and so is the result. Else
+ * returns status with the message untouched (which may be a mismatch too: a transport's
+ * length error, or a peer that left because of one). */
 static chorus_status_t sig_blame(chorus_exec_t *x, chorus_status_t status)
 {
     if (!x->sig_on) return status;
@@ -259,6 +261,12 @@ static chorus_status_t sig_blame(chorus_exec_t *x, chorus_status_t status)
     return status;
 }
 
+/* Nonzero when sig_blame just reported a signature mismatch (its message stands). */
+static int sig_reported(const chorus_exec_t *x, chorus_status_t blamed)
+{
+    return blamed == CHORUS_ERR_MISMATCH && x->status == CHORUS_ERR_MISMATCH;
+}
+
 /* Collects completed signature transfers and checks what arrived. */
 static chorus_status_t sig_poll(chorus_exec_t *x)
 {
@@ -270,7 +278,7 @@ static chorus_status_t sig_poll(chorus_exec_t *x)
         if ((*state & SIG_RECV_OPEN) && reqs[1].done) {
             if (reqs[1].status != CHORUS_SUCCESS) {
                 chorus_status_t status = sig_blame(x, reqs[1].status);
-                if (status == CHORUS_ERR_MISMATCH) return status;
+                if (sig_reported(x, status)) return status;
                 x->status = chorus__error_context(status, "%s: receiving the call signature of "
                                                   "rank %d", x->what, p);
                 return x->status;
@@ -282,7 +290,7 @@ static chorus_status_t sig_poll(chorus_exec_t *x)
         if ((*state & SIG_SEND_OPEN) && reqs[0].done) {
             if (reqs[0].status != CHORUS_SUCCESS) {
                 chorus_status_t status = sig_blame(x, reqs[0].status);
-                if (status == CHORUS_ERR_MISMATCH) return status;
+                if (sig_reported(x, status)) return status;
                 x->status = chorus__error_context(status, "%s: sending our call signature to "
                                                   "rank %d", x->what, p);
                 return x->status;
@@ -362,7 +370,10 @@ static chorus_status_t fail(chorus_exec_t *x, chorus_status_t status, uint32_t i
 {
     const chorus_step_t *st = &x->sched->steps[i];
     static const char *kinds[] = {"send to", "recv from", "reduce", "copy"};
-    if (step_is_comm(st) && sig_blame(x, status) == CHORUS_ERR_MISMATCH) return x->status;
+    if (step_is_comm(st)) {
+        chorus_status_t blamed = sig_blame(x, status);
+        if (sig_reported(x, blamed)) return x->status;
+    }
     if (step_is_comm(st)) {
         chorus__error_context(status, "%s: step %u (%s peer %d, %llu elements)", x->what, i,
                               kinds[st->kind], st->peer, (unsigned long long)st->count);
@@ -464,7 +475,7 @@ chorus_status_t chorus__exec_progress(chorus_exec_t *x, int *done_p, int *progre
             status = x->tps[t].ops->progress(x->tps[t].tp);
             if (status != CHORUS_SUCCESS) {
                 status = sig_blame(x, status);
-                if (status != CHORUS_ERR_MISMATCH)
+                if (!sig_reported(x, status))
                     x->status = chorus__error_context(status, "%s", x->what);
                 goto out;
             }

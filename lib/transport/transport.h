@@ -7,7 +7,7 @@
  * - Messages from rank A to rank B arrive in the order A posted them, and each is matched
  *   to the irecv that B posted for A in the same position. A message and its receive must
  *   have the same length; a different length completes the receive with
- *   CHORUS_ERR_REMOTE (the engine reports it as a mismatch). Zero-length messages are
+ *   CHORUS_ERR_MISMATCH (the calls of the two ranks differ). Zero-length messages are
  *   valid and are delivered (they synchronise).
  * - isend/irecv never block. A request is complete when req->done is nonzero; req->status
  *   then says how it ended. The caller owns the request memory and the buffer until then.
@@ -190,6 +190,14 @@ typedef struct chorus_tp_ops {
      * buffers only when it was given params->mem and its device can register a dma-buf);
      * NULL: caps. Appended last: check size before reading it. */
     uint32_t (*instance_caps)(chorus_tp_t *tp);
+
+    /* The communicator failed with status (a mismatch, a lost peer, a timeout): tell every
+     * peer now, with the reason where the wire can carry it (a peer that learns of a
+     * mismatch reports CHORUS_ERR_MISMATCH too), so that ranks waiting on this one fail at
+     * once instead of at their deadline; pending requests end with status and the
+     * connections take no more. NULL: peers learn when the instance closes. Appended last:
+     * use chorus__tp_leave. */
+    void (*leave)(chorus_tp_t *tp, chorus_status_t status);
 } chorus_tp_ops_t;
 
 /* The capabilities of instance tp of ops. */
@@ -199,6 +207,14 @@ static inline uint32_t chorus__tp_instance_caps(const chorus_tp_ops_t *ops, chor
         ops->instance_caps != NULL)
         return ops->instance_caps(tp);
     return ops->caps;
+}
+
+/* Calls ops->leave where the table has it. */
+static inline void chorus__tp_leave(const chorus_tp_ops_t *ops, chorus_tp_t *tp,
+                                    chorus_status_t status)
+{
+    if (ops->size >= offsetof(chorus_tp_ops_t, leave) + sizeof ops->leave && ops->leave != NULL)
+        ops->leave(tp, status);
 }
 
 /* The transports built into this library. */

@@ -65,7 +65,8 @@ static void fuzz_header(const unsigned char *data, size_t size)
     FUZZ_CHECK((v == TCP_HDR_BYE) == (magic == TCP_BYE_MAGIC && len == 0));
     if (v == TCP_HDR_BYE) {
         FUZZ_CHECK(h.blame == -1 || (h.blame >= 0 && h.blame < nranks && h.blame != rank));
-        FUZZ_CHECK(h.blame == -1 || (uint32_t)h.blame + 1 == word);
+        FUZZ_CHECK(h.blame == -1 || (uint32_t)h.blame + 1 == (word & TCP_BYE_BLAME_MASK));
+        FUZZ_CHECK(h.mismatch == ((word >> 24) == TCP_BYE_MISMATCH));
         if (word >= 1 && word <= (uint32_t)nranks && word - 1 != (uint32_t)rank) {
             FUZZ_CHECK(h.blame == (int)word - 1);
         }

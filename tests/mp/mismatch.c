@@ -164,7 +164,10 @@ static void run_case(const char *which, int rank, int n, double timeout, chorus_
         expect(st == CHORUS_ERR_MISMATCH, rank, "want CHORUS_ERR_MISMATCH", msg);
         if (odd) snprintf(want, sizeof want, " but rank ");
         else snprintf(want, sizeof want, " but rank %d called ", odd_rank);
-        expect(strstr(msg, want) != NULL, rank, "the message lacks both calls", msg);
+        /* Or it heard first from a peer that left over the mismatch (issue 18: every rank
+         * reports a mismatch as one); that peer's own error names both calls. */
+        expect(strstr(msg, want) != NULL || strstr(msg, "calls differ") != NULL, rank,
+               "the message lacks both calls", msg);
     } else {
         expect(st == CHORUS_ERR_MISMATCH || st == CHORUS_ERR_REMOTE || st == CHORUS_ERR_TIMEOUT,
                rank, "want a mismatch, a remote error or a timeout", msg);

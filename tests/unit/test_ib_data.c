@@ -26,7 +26,7 @@ static void test_fifo_both_ways(void **state)
     assert_int_equal(zwritten, 0);
 }
 
-/* A receive of another length fails with CHORUS_ERR_REMOTE, the message's fragments are
+/* A receive of another length fails with CHORUS_ERR_MISMATCH, the message's fragments are
  * skipped, and the next message arrives intact. */
 static void test_mismatch_keeps_step(void **state)
 {
@@ -42,7 +42,7 @@ static void test_mismatch_keeps_step(void **state)
     assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, small, 8, &reqs[2]), CHORUS_SUCCESS);
     assert_int_equal(ib_irecv((chorus_tp_t *)&side[1].tp, 0, in, 9, &reqs[3]), CHORUS_SUCCESS);
     drive(reqs, 4, 1);
-    assert_int_equal(reqs[2].status, CHORUS_ERR_REMOTE);
+    assert_int_equal(reqs[2].status, CHORUS_ERR_MISMATCH);
     assert_int_equal(small[8], 0xEE);
     assert_int_equal(reqs[3].status, CHORUS_SUCCESS);
     assert_int_equal(in[0], 0x5A);

@@ -115,15 +115,19 @@ static int case_realloc(tpc_ctx_t *ctx)
     return tpc_barrier(ctx);
 }
 
-/* Waits for req, which must fail with CHORUS_ERR_REMOTE and a message naming this rank,
- * the peer and `what`. */
+/* Waits for req, which must fail with CHORUS_ERR_MISMATCH for a length mismatch and
+ * CHORUS_ERR_REMOTE for anything else, and a message naming this rank, the peer and
+ * `what`. */
 static int expect_error(tpc_ctx_t *ctx, chorus_tp_req_t *req, const char *what)
 {
+    chorus_status_t want_status =
+        strstr(what, "length mismatch") != NULL ? CHORUS_ERR_MISMATCH : CHORUS_ERR_REMOTE;
     char want[64];
 
     if (tpc_wait_reqs(ctx, req, 1, TPC_WAIT_S, NULL) != 0) return tpc_fail(ctx, "%s: hung", what);
-    if (req->status != CHORUS_ERR_REMOTE) {
-        return tpc_fail(ctx, "%s: status %d, not CHORUS_ERR_REMOTE", what, req->status);
+    if (req->status != want_status) {
+        return tpc_fail(ctx, "%s: status %d, not %s", what, req->status,
+                        chorus_status_string(want_status));
     }
     snprintf(want, sizeof(want), "rank %d: ucx:", ctx->rank);
     const char *msg = chorus_last_error();

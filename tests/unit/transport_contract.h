@@ -481,7 +481,7 @@ TPC_FN int tpc_case_bidir(tpc_ctx_t *ctx)
 }
 
 /* Rank 0 sends 64 bytes; rank 1 posts a receive of 32 (arg 0) or 96 bytes (arg 1) and
- * must get CHORUS_ERR_REMOTE, never bytes past its buffer. Rank 0's send may end either
+ * must get CHORUS_ERR_MISMATCH, never bytes past its buffer. Rank 0's send may end either
  * way (it may never complete, for a transport that does not buffer). */
 TPC_FN int tpc_case_mismatch(tpc_ctx_t *ctx)
 {
@@ -504,8 +504,8 @@ TPC_FN int tpc_case_mismatch(tpc_ctx_t *ctx)
     if (tpc_wait_reqs(ctx, &req, 1, TPC_WAIT_S, NULL) != 0) {
         return tpc_fail(ctx, "a mismatched receive never completed");
     }
-    if (req.status != CHORUS_ERR_REMOTE) {
-        return tpc_fail(ctx, "mismatch: status %d, not CHORUS_ERR_REMOTE", (int)req.status);
+    if (req.status != CHORUS_ERR_MISMATCH) {
+        return tpc_fail(ctx, "mismatch: status %d, not CHORUS_ERR_MISMATCH", (int)req.status);
     }
     for (size_t i = n; i < sizeof(buf); i++) {
         if (buf[i] != 0xEE) return tpc_fail(ctx, "byte %zu past the receive was written", i);

@@ -194,7 +194,7 @@ static void rx_refuse(ib_tp_t *tp, ib_peer_t *p, chorus_tp_req_t *req, const ib_
     chorus_status_t status;
 
     if (h->total != req->bytes) {
-        status = chorus__error(CHORUS_ERR_REMOTE,
+        status = chorus__error(CHORUS_ERR_MISMATCH,
                                "rank %d: ib: message from peer %d has %llu bytes, the receive "
                                "expects %zu",
                                tp->rank, p->rank, (unsigned long long)h->total, req->bytes);

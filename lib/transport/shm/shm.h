@@ -34,6 +34,9 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shm doorbells need lock-free 32-bit a
 #define SHM_CACHE_LINE 64
 #define SHM_MSG_MAGIC 0x4d534843u /* "CHSM" */
 #define SHM_MSG_HDR 16u           /* bytes of a message header; also the message alignment */
+/* Values of a segment's closed word: 0 while its owner is there. */
+#define SHM_CLOSED 1u          /* it closed (fini), or left after a failure */
+#define SHM_CLOSED_MISMATCH 2u /* it left because the ranks' calls differ */
 #define SHM_RING_MIN ((uint64_t)4096)
 #define SHM_RING_MAX ((uint64_t)1 << 30)
 /* No buffer in a 48-bit address space can be this large: a longer header is corrupt. */
@@ -122,7 +125,7 @@ typedef struct {
      * only when the owner says it is sleeping. */
     _Alignas(SHM_CACHE_LINE) _Atomic uint32_t doorbell;
     _Atomic uint32_t sleeping;
-    _Atomic uint32_t closed;   /* the owner called fini */
+    _Atomic uint32_t closed;   /* the owner called fini or left: SHM_CLOSED_* */
     _Alignas(SHM_CACHE_LINE) _Atomic uint32_t attached; /* producers that attached */
 } shm_seg_hdr_t;
 
@@ -228,5 +231,8 @@ chorus_status_t shm_get_addr(chorus_tp_t *tp, void *blob, size_t *len_p);
 chorus_status_t shm_connect_all(chorus_tp_t *tp, const uint8_t *peer_mask, const void *blobs,
                                 uint64_t deadline_ns);
 void shm_fini(chorus_tp_t *tp);
+/* The transport op leave: marks our segment closed with the reason, wakes the peers, and
+ * ends our pending requests with status. */
+void shm_leave(chorus_tp_t *tp, chorus_status_t status);
 
 #endif

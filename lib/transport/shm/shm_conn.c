@@ -258,6 +258,30 @@ err:
     return status;
 }
 
+void shm_leave(chorus_tp_t *tp_, chorus_status_t status)
+{
+    shm_tp_t *tp = (shm_tp_t *)tp_;
+
+    if (tp == NULL || tp->own.hdr == NULL || status == CHORUS_SUCCESS ||
+        atomic_load(&tp->own.hdr->closed) != 0)
+        return;
+    /* Peers waiting on us fail at once, and a mismatch stays one for them. */
+    atomic_store(&tp->own.hdr->closed,
+                 status == CHORUS_ERR_MISMATCH ? SHM_CLOSED_MISMATCH : SHM_CLOSED);
+    for (int i = 0; i < tp->npeers; i++) {
+        shm_peer_t *p = &tp->peers[i];
+
+        if (p->attached) shm_notify(p);
+        if (p->failed != CHORUS_SUCCESS) continue;
+        /* Not shm_peer_fail: the thread's error message is the failure's, keep it. */
+        p->failed = status;
+        snprintf(p->why, sizeof p->why, "this rank left after its communicator failed (%s)",
+                 chorus_status_string(status));
+        chorus__tp_queue_fail(&p->sq_head, &p->sq_tail, status);
+        chorus__tp_queue_fail(&p->rq_head, &p->rq_tail, status);
+    }
+}
+
 void shm_fini(chorus_tp_t *tp_)
 {
     shm_tp_t *tp = (shm_tp_t *)tp_;
@@ -266,7 +290,7 @@ void shm_fini(chorus_tp_t *tp_)
     if (tp->own.hdr != NULL) {
         /* Tell the peers, and wake those asleep, so that they fail fast instead of
          * waiting for our pid to disappear. */
-        atomic_store(&tp->own.hdr->closed, 1);
+        if (atomic_load(&tp->own.hdr->closed) == 0) atomic_store(&tp->own.hdr->closed, SHM_CLOSED);
         for (int i = 0; i < tp->npeers; i++) {
             if (tp->peers[i].attached) shm_notify(&tp->peers[i]);
         }

@@ -91,7 +91,7 @@ static chorus_status_t peer_rx(shm_tp_t *tp, shm_peer_t *p)
             /* The stream stays in step (the payload is skipped), so only this receive
              * fails; the engine reports the mismatch. */
             chorus__tp_req_complete(
-                req, chorus__error(CHORUS_ERR_REMOTE,
+                req, chorus__error(CHORUS_ERR_MISMATCH,
                                    "rank %d: shm: message from peer %d has %llu bytes, "
                                    "the receive expects %zu",
                                    tp->rank, p->rank, (unsigned long long)len, req->bytes));
@@ -126,6 +126,10 @@ static chorus_status_t peer_check_closed(shm_tp_t *tp, shm_peer_t *p)
     if (p->sq_head == NULL && (p->rq_head == NULL || shm_ring_rx_ready(&p->rx))) {
         return CHORUS_SUCCESS;
     }
+    if (atomic_load(&p->seg.hdr->closed) == SHM_CLOSED_MISMATCH)
+        return shm_peer_fail(tp, p, CHORUS_ERR_MISMATCH, "peer %d left because the ranks' "
+                             "calls differ; the rank that compared them names both calls",
+                             p->rank);
     return shm_peer_fail(tp, p, CHORUS_ERR_REMOTE, "peer %d closed its connection", p->rank);
 }
 
@@ -297,4 +301,6 @@ const chorus_tp_ops_t chorus__tp_shm_ops = {
     .reg_mem = NULL,
     .dereg_mem = NULL,
     .fini = shm_fini,
+    .instance_caps = NULL,
+    .leave = shm_leave,
 };

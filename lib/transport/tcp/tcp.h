@@ -25,8 +25,13 @@
  * (tcp_fini at a message boundary) writes: an end of stream without it means the peer
  * died or failed, which lets survivors tell a dead rank from one that left. */
 #define TCP_BYE_MAGIC 0x43544259u /* "CTBY" */
-/* Its reserved word carries 1 + the rank whose failure made the sender leave (0: none),
- * so that the ranks waiting on a survivor that leaves still learn whom to blame. */
+/* Its reserved word carries, in its low 24 bits, 1 + the rank whose failure made the
+ * sender leave (0: none), so that the ranks waiting on a survivor that leaves still learn
+ * whom to blame, and in its high 8 bits why it left: TCP_BYE_MISMATCH when its calls did
+ * not match its peers' (found by it or told by another), so that every rank reports the
+ * mismatch as one. */
+#define TCP_BYE_BLAME_MASK 0xffffffu
+#define TCP_BYE_MISMATCH 1u
 /* How often, while requests are pending, every connection is checked for a peer that
  * died or went silent (also the connections no request waits on). */
 #define TCP_CHECK_NS ((uint64_t)50 * 1000 * 1000)
@@ -49,6 +54,7 @@ typedef struct {
     uint32_t word;  /* its reserved word (for a goodbye: 1 + the rank it blames, or 0) */
     int blame;      /* TCP_HDR_BYE: the rank its sender blames, in [0, nranks) and not ours;
                      * -1 when it blames nobody we know */
+    int mismatch;   /* TCP_HDR_BYE: its sender left because the calls did not match */
 } tcp_hdr_t;
 
 /* Decodes the 16 bytes of a header that a peer sent for a receive of `posted` bytes, on
@@ -93,6 +99,7 @@ struct chorus_tp {
     int keepalive_s;               /* CHORUS_TCP_KEEPALIVE: silent peers fail after this; 0 off */
     uint64_t last_check_ns;        /* the last tcp_check_peers pass */
     int blame;                     /* the peer whose failure came first (-1: none), for goodbyes */
+    chorus_status_t left;          /* why this rank left (tcp_leave; SUCCESS: it has not) */
     int *check_peer;               /* scratch for tcp_check_peers: the peer of each pfds entry */
 };
 
@@ -118,6 +125,9 @@ chorus_status_t tcp_check_peers(struct chorus_tp *tp, int force);
 /* Writes the goodbye header to peer if its stream is at a message boundary (best effort,
  * never blocks). For tcp_fini. */
 void tcp_say_goodbye(struct chorus_tp *tp, int peer);
+/* The transport op leave: a goodbye carrying why to every peer, then the connections close
+ * and their requests end with status. */
+void tcp_leave(struct chorus_tp *tp, chorus_status_t status);
 
 /* The data path (tcp_progress.c). */
 chorus_status_t tcp_isend(struct chorus_tp *tp, int peer, const void *buf, size_t bytes,

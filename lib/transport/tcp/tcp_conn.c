@@ -388,12 +388,23 @@ err:
     return status;
 }
 
+static void tcp_drain(int fd)
+{
+    char sink[4096];
+
+    for (int i = 0; i < 256 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++) continue;
+}
+
 static void tcp_fini(chorus_tp_t *tp)
 {
     if (tp == NULL) return;
     for (int p = 0; p < tp->nranks; p++) {
         if (tp->peers[p].fd < 0) continue;
         tcp_say_goodbye(tp, p);
+        /* What the peer sent and we never read would turn the close into a reset: read a
+         * bounded amount of it first (a peer still sending after we left is not waited
+         * for). */
+        if (tp->peers[p].error != CHORUS_SUCCESS) tcp_drain(tp->peers[p].fd);
         close(tp->peers[p].fd);
     }
     if (tp->listen_fd >= 0) close(tp->listen_fd);
@@ -417,4 +428,6 @@ const chorus_tp_ops_t chorus__tp_tcp_ops = {
     .reg_mem = NULL,
     .dereg_mem = NULL,
     .fini = tcp_fini,
+    .instance_caps = NULL,
+    .leave = tcp_leave,
 };

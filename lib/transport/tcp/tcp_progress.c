@@ -82,11 +82,24 @@ chorus_status_t tcp_fail_peer(chorus_tp_t *tp, int peer, chorus_status_t status,
         chorus__error(status, "%s", msg);
     }
     snprintf(pp->why, sizeof pp->why, "%s", chorus_last_error());
-    if (tp->blame < 0) tp->blame = peer;
-    /* Closing (rather than leaving the socket half read) makes the peer see the failure
-     * too, so that its pending requests fail instead of waiting for a deadline. */
-    if (pp->fd >= 0) close(pp->fd);
-    pp->fd = -1;
+    if (tp->blame < 0 && status != CHORUS_ERR_MISMATCH) tp->blame = peer;
+    if (status == CHORUS_ERR_MISMATCH && pp->fd >= 0 && pp->error == CHORUS_SUCCESS) {
+        /* The peer's message did not match our receive: tell it why we stop (a goodbye
+         * saying mismatch), then a FIN; the socket stays until fini, since closing it
+         * with its unread payload would reset the connection and could lose the goodbye. */
+        chorus_status_t left = tp->left;
+
+        tp->left = CHORUS_ERR_MISMATCH;
+        tcp_say_goodbye(tp, peer);
+        tp->left = left;
+        shutdown(pp->fd, SHUT_WR);
+    } else {
+        /* Closing (rather than leaving the socket half read) makes the peer see the
+         * failure too, so that its pending requests fail instead of waiting for a
+         * deadline. */
+        if (pp->fd >= 0) close(pp->fd);
+        pp->fd = -1;
+    }
     pp->error = status;
     complete_queue(&pp->sq_head, &pp->sq_tail, status);
     complete_queue(&pp->rq_head, &pp->rq_tail, status);
@@ -110,6 +123,27 @@ static void advance_sends(tcp_peer_t *pp, size_t n)
         req->next = NULL;
         complete(req, CHORUS_SUCCESS);
     }
+}
+
+
+static chorus_status_t goodbye_failure(chorus_tp_t *tp, int peer, const tcp_hdr_t *h, int scan);
+
+/* A send failed because the peer closed: if the peer said goodbye first and no receive
+ * from it is halfway through a message, its goodbye (in our receive queue) says why it
+ * left, which is what the failure should report (a mismatch stays a mismatch). Nonzero
+ * when it did: the peer has been failed with that reason. */
+static int goodbye_waiting(chorus_tp_t *tp, int peer)
+{
+    tcp_peer_t *pp = &tp->peers[peer];
+    uint8_t hdr[TCP_HDR_BYTES];
+    tcp_hdr_t h;
+
+    if (pp->fd < 0 || (pp->rq_head != NULL && pp->rq_head->offset > 0)) return 0;
+    if (recv(pp->fd, hdr, sizeof hdr, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof hdr) return 0;
+    if (chorus__tcp_header_decode(hdr, 0, tp->rank, tp->nranks, &h) != TCP_HDR_BYE) return 0;
+    (void)recv(pp->fd, hdr, sizeof hdr, MSG_DONTWAIT);
+    goodbye_failure(tp, peer, &h, 0);
+    return 1;
 }
 
 /* Writes as much of the send queue as the socket takes, header and payload of several
@@ -146,6 +180,7 @@ static void send_peer(chorus_tp_t *tp, int peer)
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
             int err = errno;
             char why[256];
+            if (goodbye_waiting(tp, peer)) return;
             tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, err == EPIPE || err == ECONNRESET ? 0 : err,
                           "rank %d: tcp: peer %d closed the connection (sending)%s", tp->rank, peer,
                           others_dead(tp, peer, why, sizeof why));
@@ -163,11 +198,13 @@ tcp_hdr_verdict_t chorus__tcp_header_decode(const uint8_t hdr[TCP_HDR_BYTES], si
     out->magic = (uint32_t)decode_u64(hdr + 8, 4);
     out->word = (uint32_t)decode_u64(hdr + 12, 4);
     out->blame = -1;
+    out->mismatch = 0;
     if (out->magic == TCP_BYE_MAGIC && out->len == 0) {
+        uint32_t who = out->word & TCP_BYE_BLAME_MASK;
+
         /* The word is the peer's to fill: only a rank of ours (not us) is believed. */
-        if (out->word > 0 && out->word <= (uint32_t)nranks && (int)out->word - 1 != rank) {
-            out->blame = (int)out->word - 1;
-        }
+        if (who > 0 && who <= (uint32_t)nranks && (int)who - 1 != rank) out->blame = (int)who - 1;
+        out->mismatch = (out->word >> 24) == TCP_BYE_MISMATCH;
         return TCP_HDR_BYE;
     }
     if (out->magic != TCP_MSG_MAGIC || out->word != 0) return TCP_HDR_BAD_MAGIC;
@@ -186,6 +223,10 @@ static chorus_status_t goodbye_failure(chorus_tp_t *tp, int peer, const tcp_hdr_
     why[0] = '\0';
 
     tp->peers[peer].bye = 1;
+    if (h->mismatch)
+        return tcp_fail_peer(tp, peer, CHORUS_ERR_MISMATCH, 0,
+                             "rank %d: tcp: peer %d left because the ranks' calls differ; the "
+                             "rank that compared them names both calls", tp->rank, peer);
     if (h->blame >= 0) {
         if (tp->blame < 0) tp->blame = h->blame;
         return tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
@@ -212,7 +253,7 @@ static chorus_status_t check_header(chorus_tp_t *tp, int peer, chorus_tp_req_t *
                              "rank %d: tcp: peer %d announced %llu bytes, more than 2^40", tp->rank,
                              peer, (unsigned long long)h.len);
     case TCP_HDR_MISMATCH:
-        return tcp_fail_peer(tp, peer, CHORUS_ERR_REMOTE, 0,
+        return tcp_fail_peer(tp, peer, CHORUS_ERR_MISMATCH, 0,
                              "rank %d: tcp: peer %d sent %llu bytes for a receive of %zu "
                              "bytes (length mismatch)",
                              tp->rank, peer, (unsigned long long)h.len, req->bytes);
@@ -370,7 +411,7 @@ chorus_status_t tcp_wait(chorus_tp_t *tp, uint64_t timeout_us)
         tcp_peer_t *pp = &tp->peers[p];
         /* Idle connections are watched too (for their end of stream only), so that a
          * rank that died wakes us even when we wait for somebody else. */
-        if (pp->fd < 0 || pp->bye) continue;
+        if (pp->fd < 0 || pp->bye || pp->error != CHORUS_SUCCESS) continue;
         tp->pfds[nfds].fd = pp->fd;
         tp->pfds[nfds].events = (short)((pp->rq_head != NULL ? POLLIN : POLLRDHUP) |
                                         (pp->sq_head != NULL ? POLLOUT : 0));
@@ -395,6 +436,7 @@ void tcp_say_goodbye(chorus_tp_t *tp, int peer)
 {
     tcp_peer_t *pp = &tp->peers[peer];
     uint8_t hdr[TCP_HDR_BYTES];
+    uint32_t word;
 
     /* In the middle of a message the peer would read the goodbye as payload: then the
      * plain end of stream must do. */
@@ -403,11 +445,37 @@ void tcp_say_goodbye(chorus_tp_t *tp, int peer)
         return;
     }
     encode_header(hdr, 0);
+    word = tp->blame >= 0 && (uint32_t)tp->blame < TCP_BYE_BLAME_MASK ? (uint32_t)tp->blame + 1
+                                                                       : 0;
+    if (tp->left == CHORUS_ERR_MISMATCH) word |= TCP_BYE_MISMATCH << 24;
     for (int i = 0; i < 4; i++) {
         hdr[8 + i] = (uint8_t)(TCP_BYE_MAGIC >> (24 - 8 * i));
-        hdr[12 + i] = (uint8_t)((uint32_t)(tp->blame + 1) >> (24 - 8 * i));
+        hdr[12 + i] = (uint8_t)(word >> (24 - 8 * i));
     }
     (void)send(pp->fd, hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void tcp_leave(chorus_tp_t *tp, chorus_status_t status)
+{
+    if (tp == NULL || status == CHORUS_SUCCESS || tp->left != CHORUS_SUCCESS) return;
+    tp->left = status;
+    for (int p = 0; p < tp->nranks; p++) {
+        tcp_peer_t *pp = &tp->peers[p];
+
+        /* A failed connection already told its peer what it could. */
+        if (pp->fd < 0 || pp->error != CHORUS_SUCCESS) continue;
+        tcp_say_goodbye(tp, p);
+        /* A FIN after the goodbye, and the socket kept until fini: closing it with unread
+         * data from the peer would send a reset, which can make the peer lose the goodbye
+         * (its send fails before it reads) and report a closed connection instead. */
+        shutdown(pp->fd, SHUT_WR);
+        pp->error = status;
+        snprintf(pp->why, sizeof pp->why, "rank %d: tcp: this rank left after its "
+                 "communicator failed (%s)", tp->rank, chorus_status_string(status));
+        complete_queue(&pp->sq_head, &pp->sq_tail, status);
+        complete_queue(&pp->rq_head, &pp->rq_tail, status);
+    }
+    if (tp->error == CHORUS_SUCCESS) tp->error = status;
 }
 
 /* What an idle connection (no receive posted) tells: 1 the peer died (its stream ended
@@ -458,7 +526,9 @@ static int scan_peers(chorus_tp_t *tp, int except, nfds_t *n_p, char *names, siz
 
     names[0] = '\0';
     for (int p = 0; p < tp->nranks; p++) {
-        if (tp->peers[p].fd < 0 || tp->peers[p].bye || p == except) continue;
+        if (tp->peers[p].fd < 0 || tp->peers[p].bye || tp->peers[p].error != CHORUS_SUCCESS ||
+            p == except)
+            continue;
         tp->pfds[n].fd = tp->peers[p].fd;
         tp->pfds[n].events = POLLRDHUP;
         tp->pfds[n].revents = 0;

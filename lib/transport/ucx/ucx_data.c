@@ -44,7 +44,7 @@ static chorus_status_t ucx_failed(ucx_tp_t *tp, ucx_slot_t *s, ucs_status_t st)
 
     if (pp->error != CHORUS_SUCCESS) return chorus__error(pp->error, "%s", pp->why);
     if (st == UCS_ERR_MESSAGE_TRUNCATED) {
-        return chorus__error(CHORUS_ERR_REMOTE,
+        return chorus__error(CHORUS_ERR_MISMATCH,
                              "rank %d: ucx: peer %d sent more than the %zu bytes of the receive "
                              "(length mismatch)",
                              tp->rank, s->peer, s->bytes);
@@ -65,14 +65,14 @@ static chorus_status_t ucx_recv_status(ucx_tp_t *tp, int peer, const chorus_tp_r
 {
     if (st == UCS_OK && length == UCX_RTS_BYTES && req->bytes == UCX_RTS_BYTES &&
         chorus__ucx_get_be64(req->buf) == magic) {
-        return chorus__error(CHORUS_ERR_REMOTE,
+        return chorus__error(CHORUS_ERR_MISMATCH,
                              "rank %d: ucx: peer %d sent a message through the RMA rendezvous "
                              "for a receive of %zu bytes (length mismatch, or "
                              "CHORUS_UCX_RMA_MIN differs between the ranks)",
                              tp->rank, peer, req->bytes);
     }
     if (st == UCS_OK && length != req->bytes) {
-        return chorus__error(CHORUS_ERR_REMOTE,
+        return chorus__error(CHORUS_ERR_MISMATCH,
                              "rank %d: ucx: peer %d sent %zu bytes for a receive of %zu bytes "
                              "(length mismatch)",
                              tp->rank, peer, length, req->bytes);
@@ -143,7 +143,7 @@ static chorus_status_t ucx_immediate(ucx_tp_t *tp, int peer, int send, const cho
     if (st == UCS_OK && send) return CHORUS_SUCCESS;
     if (st == UCS_OK) return ucx_recv_status(tp, peer, req, st, length, magic);
     if (st == UCS_ERR_MESSAGE_TRUNCATED) {
-        return chorus__error(CHORUS_ERR_REMOTE,
+        return chorus__error(CHORUS_ERR_MISMATCH,
                              "rank %d: ucx: peer %d sent more than the %zu bytes of the receive "
                              "(length mismatch)",
                              tp->rank, peer, bytes);

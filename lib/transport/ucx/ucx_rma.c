@@ -258,7 +258,7 @@ static void rma_got_rts(ucx_tp_t *tp, ucx_rma_t *rma, ucs_status_t st, size_t le
         /* The sender took the tag path, so there is no FIN to wait for. */
         rma->cancel_fin = 1;
         rma_error(rma,
-                  chorus__error(CHORUS_ERR_REMOTE,
+                  chorus__error(CHORUS_ERR_MISMATCH,
                                 "rank %d: ucx: peer %d sent %s bytes on the tag path for an "
                                 "RMA receive of %zu bytes (length mismatch, or "
                                 "CHORUS_UCX_RMA_MIN differs between the ranks)",
@@ -268,7 +268,7 @@ static void rma_got_rts(ucx_tp_t *tp, ucx_rma_t *rma, ucs_status_t st, size_t le
     if (st != UCS_OK) return;
     uint64_t len = chorus__ucx_get_be64(rma->ctl + 8);
     if (len != rma->bytes) {
-        rma_error(rma, chorus__error(CHORUS_ERR_REMOTE,
+        rma_error(rma, chorus__error(CHORUS_ERR_MISMATCH,
                                      "rank %d: ucx: peer %d sent %llu bytes for a receive of %zu "
                                      "bytes (length mismatch)",
                                      tp->rank, rma->peer, (unsigned long long)len, rma->bytes));
@@ -352,7 +352,7 @@ static unsigned rma_check_rtr(ucx_tp_t *tp, ucx_rma_t *rma, uint64_t *addr_p)
         return FIN_BAD_RTR;
     }
     if (len != rma->bytes) {
-        rma_error(rma, chorus__error(CHORUS_ERR_REMOTE,
+        rma_error(rma, chorus__error(CHORUS_ERR_MISMATCH,
                                      "rank %d: ucx: RMA send of %zu bytes to peer %d: it posted a "
                                      "receive of %llu bytes (length mismatch)",
                                      tp->rank, rma->bytes, rma->peer, (unsigned long long)len));

@@ -121,7 +121,7 @@ static chorus_status_t v_match(vqueue_t *sq, vqueue_t *rq, int src, int dst)
         chorus_tp_req_t *s = vq_pop(sq);
         chorus_tp_req_t *r = vq_pop(rq);
         if (s->bytes != r->bytes) {
-            status = chorus__error(CHORUS_ERR_REMOTE,
+            status = chorus__error(CHORUS_ERR_MISMATCH,
                                    "rank %d: virtual: message from rank %d has %zu bytes, "
                                    "receive expects %zu",
                                    dst, src, s->bytes, r->bytes);
