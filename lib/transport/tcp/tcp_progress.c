@@ -125,7 +125,6 @@ static void advance_sends(tcp_peer_t *pp, size_t n)
     }
 }
 
-
 static chorus_status_t goodbye_failure(chorus_tp_t *tp, int peer, const tcp_hdr_t *h, int scan);
 
 /* A send failed because the peer closed: if the peer said goodbye first and no receive
