@@ -35,7 +35,6 @@
 
 #include <getopt.h>
 
-#define GUARD 64
 #define BIG 1000
 #define SMALL 250
 
@@ -46,24 +45,6 @@ static void expect(int ok, int rank, const char *what, const char *detail)
     if (ok) return;
     printf("FAIL rank %d: %s: %s\n", rank, what, detail);
     failures++;
-}
-
-/* A zeroed buffer of bytes between two guard zones, to catch overruns. */
-static unsigned char *guarded(size_t bytes)
-{
-    unsigned char *p = malloc(bytes + 2 * GUARD);
-
-    if (p == NULL) exit(1);
-    memset(p, 0xa5, bytes + 2 * GUARD);
-    memset(p + GUARD, 0, bytes);
-    return p + GUARD;
-}
-
-static int guards_intact(const unsigned char *buf, size_t bytes)
-{
-    for (size_t i = 0; i < GUARD; i++)
-        if (buf[-1 - (long)i] != 0xa5 || buf[bytes + i] != 0xa5) return 0;
-    return 1;
 }
 
 /* Nonzero if msg names a rank other than self, as "rank P" or "peer P". */
@@ -127,7 +108,7 @@ static void run_case(const char *which, int rank, int n, double timeout, chorus_
     const int involved = odd || (rooted ? n == 2
                                         : rank == odd_rank - 1 || rank == (odd_rank + 1) % n);
     const size_t bytes = (size_t)BIG * (size_t)n * sizeof(float);
-    unsigned char *send = guarded(bytes), *recv = guarded(bytes);
+    unsigned char *send = mp_guarded(bytes), *recv = mp_guarded(bytes);
     char want[64];
     const char *msg;
     double t0, dt;
@@ -174,7 +155,7 @@ static void run_case(const char *which, int rank, int n, double timeout, chorus_
         expect(names_peer(msg, rank, n), rank, "the message names no peer", msg);
     }
     expect(dt < timeout + 2.0, rank, "the call waited past the deadline", which);
-    expect(guards_intact(send, bytes) && guards_intact(recv, bytes), rank,
+    expect(mp_guards_intact(send, bytes) && mp_guards_intact(recv, bytes), rank,
            "a call wrote outside its buffers", which);
 
     /* The communicator failed: the next call fails at once. */
@@ -182,8 +163,8 @@ static void run_case(const char *which, int rank, int n, double timeout, chorus_
     st = chorus_barrier(comm);
     expect(st != CHORUS_SUCCESS, rank, "a barrier after the mismatch succeeded", which);
     expect(mp_now() - t0 < 1.0, rank, "a barrier on the failed communicator waited", which);
-    free(send - GUARD);
-    free(recv - GUARD);
+    mp_guarded_free(send);
+    mp_guarded_free(recv);
 }
 
 int main(int argc, char **argv)

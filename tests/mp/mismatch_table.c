@@ -25,7 +25,6 @@
 
 #include <getopt.h>
 
-#define GUARD 64
 #define MAX_ELEMS ((size_t)1 << 20) /* per rank and part: the largest count of a case */
 #define LIMIT_S 1.0                 /* how soon every rank must know */
 
@@ -99,24 +98,6 @@ static int is_p2p(const case_t *c)
     return c->others.kind == K_SEND || c->others.kind == K_RECV;
 }
 
-/* A zeroed buffer of bytes between two guard zones, to catch overruns. */
-static unsigned char *guarded(size_t bytes)
-{
-    unsigned char *p = malloc(bytes + 2 * GUARD);
-
-    if (p == NULL) exit(1);
-    memset(p, 0xa5, bytes + 2 * GUARD);
-    memset(p + GUARD, 0, bytes);
-    return p + GUARD;
-}
-
-static int guards_intact(const unsigned char *buf, size_t bytes)
-{
-    for (size_t i = 0; i < GUARD; i++)
-        if (buf[-1 - (long)i] != 0xa5 || buf[bytes + i] != 0xa5) return 0;
-    return 1;
-}
-
 static chorus_status_t call(const call_t *c, chorus_comm_t comm, int n, const void *send,
                             void *recv)
 {
@@ -149,7 +130,7 @@ static double run_case(const case_t *c, chorus_comm_t base, int rank, int n)
     const int odd = rank == n - 1;
     const call_t *mine = odd ? &c->odd : &c->others;
     const size_t bytes = MAX_ELEMS * (size_t)n * 8;
-    unsigned char *send = guarded(bytes), *recv = guarded(bytes);
+    unsigned char *send = mp_guarded(bytes), *recv = mp_guarded(bytes);
     chorus_comm_t comm = NULL;
     chorus_status_t st;
     double t0, dt = -1;
@@ -178,7 +159,7 @@ static double run_case(const case_t *c, chorus_comm_t base, int rank, int n)
                    "the call after the mismatched one: want CHORUS_ERR_MISMATCH");
         }
         expect(dt < LIMIT_S, rank, c->name, "the mismatch took longer than 1 s to surface");
-        expect(guards_intact(send, bytes) && guards_intact(recv, bytes), rank, c->name,
+        expect(mp_guards_intact(send, bytes) && mp_guards_intact(recv, bytes), rank, c->name,
                "a call wrote outside its buffers");
         t0 = mp_now();
         st = chorus_barrier(comm);
@@ -197,8 +178,8 @@ static double run_case(const case_t *c, chorus_comm_t base, int rank, int n)
                "the mismatch took longer than 1 s to surface");
     }
     chorus_comm_destroy(comm);
-    free(send - GUARD);
-    free(recv - GUARD);
+    mp_guarded_free(send);
+    mp_guarded_free(recv);
     return dt;
 }
 

@@ -224,6 +224,34 @@ static inline long double mp_unit_roundoff(chorus_dtype_t dt)
     }
 }
 
+/* ---- Guarded buffers: overruns show in the canary zones on both sides ---- */
+
+#define MP_GUARD 64 /* bytes of 0xa5 on each side */
+
+/* A zeroed buffer of bytes between two guard zones; exits when out of memory. */
+static inline unsigned char *mp_guarded(size_t bytes)
+{
+    unsigned char *p = malloc(bytes + 2 * MP_GUARD);
+
+    if (p == NULL) exit(1);
+    memset(p, 0xa5, bytes + 2 * MP_GUARD);
+    memset(p + MP_GUARD, 0, bytes);
+    return p + MP_GUARD;
+}
+
+/* Nonzero when both guard zones of a buffer from mp_guarded(bytes) are untouched. */
+static inline int mp_guards_intact(const unsigned char *buf, size_t bytes)
+{
+    for (size_t i = 0; i < MP_GUARD; i++)
+        if (buf[-1 - (long)i] != 0xa5 || buf[bytes + i] != 0xa5) return 0;
+    return 1;
+}
+
+static inline void mp_guarded_free(unsigned char *buf)
+{
+    if (buf != NULL) free(buf - MP_GUARD);
+}
+
 /* ---- Misc ---- */
 
 static inline double mp_now(void)
