@@ -188,6 +188,36 @@ chorus_status_t chorus_comm_abort(chorus_comm_t comm);
  * CHORUS_SUCCESS. May be called from any thread. */
 chorus_status_t chorus_comm_get_async_error(chorus_comm_t comm, chorus_status_t *async_error_p);
 
+/* ---- Recovery ----
+ * When a rank dies, the survivors' calls on the comm fail (CHORUS_ERR_REMOTE, naming it).
+ * They can then go on with the ranks that are left: each calls chorus_comm_shrink, gets a
+ * new communicator of the survivors, destroys the failed one and carries on. */
+
+/* Makes every rank's pending and later calls on comm fail at once: this rank's in-flight
+ * nonblocking and device work ends with CHORUS_ERR_ABORTED, and its peers' waits on it end
+ * with an error that says it left, so that one rank's local decision to give up becomes
+ * everyone's. Call it from the thread that makes the comm's calls, between calls (from
+ * another thread, chorus_comm_abort unblocks a call first). The comm must still be
+ * destroyed; only chorus_comm_shrink, chorus_comm_failed_ranks and chorus_comm_destroy
+ * remain useful on it. */
+chorus_status_t chorus_comm_revoke(chorus_comm_t comm);
+
+/* Collective over the ranks of comm that are alive: revokes comm, agrees with the other
+ * survivors on who is alive, and sets *newcomm_p to a new communicator of the survivors,
+ * ranked in their old order, with its own authenticated connections and none of comm's
+ * state. Call it after any error on comm (or to give up on a peer that is stuck). Ranks
+ * that die during the call are left out too: the agreement starts again without them. A
+ * rank that is alive but that another survivor believes dead is left out and told so
+ * (CHORUS_ERR_REMOTE, *newcomm_p untouched). The whole call honours comm's timeout
+ * (chorus_comm_set_timeout): a rank that is alive but never calls it holds the others until
+ * then (CHORUS_ERR_TIMEOUT naming it). flags must be 0. comm must still be destroyed. */
+chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_comm_t *newcomm_p);
+
+/* The ranks of comm that the survivors agreed were lost, in increasing order: up to max of
+ * them into ranks, and their number into *count_p. Before a chorus_comm_shrink of comm, none
+ * (the errors of the failed calls name the ranks this rank saw go). */
+chorus_status_t chorus_comm_failed_ranks(chorus_comm_t comm, int *ranks, int max, int *count_p);
+
 /* ---- Collectives ----
  * Every rank of comm must call the same collectives in the same order with matching
  * arguments. In-place operation is allowed: sendbuf == recvbuf for allreduce, broadcast,

@@ -88,7 +88,19 @@ const struct sockaddr_storage *chorus__bootstrap_local_addr(const chorus_bootstr
 /* The decoded id (secret, comm id). */
 const chorus_id_info_t *chorus__bootstrap_id_info(const chorus_bootstrap_t *bs);
 
-/* Closes the ring connections. */
+/* The address of rank's bootstrap listener, which stays open for the communicator's life
+ * (chorus_comm_shrink's survivors meet there, authenticated with the id's secret). */
+chorus_status_t chorus__bootstrap_peer_addr(const chorus_bootstrap_t *bs, int rank,
+                                            struct sockaddr_storage *addr_p);
+
+/* The acceptor of this rank's listener (connections authenticated with the id's secret). */
+chorus_acceptor_t *chorus__bootstrap_acceptor(chorus_bootstrap_t *bs);
+
+/* Closes the ring's connections only (the listener stays): a rank that leaves the ring
+ * tells its neighbours at once. */
+void chorus__bootstrap_close_ring(chorus_bootstrap_t *bs);
+
+/* Closes the ring connections and the listener. */
 void chorus__bootstrap_destroy(chorus_bootstrap_t *bs);
 
 #endif

@@ -37,6 +37,11 @@ struct chorus_bootstrap {
     int next_fd;                        /* to rank + 1 */
     int prev_fd;                        /* from rank - 1 */
     uint32_t seq;                       /* allgathers done so far */
+    /* The ring listener stays for the communicator's life: chorus_comm_shrink's survivors
+     * reach each other there (authenticated) when the ring is broken. */
+    int listen_fd;
+    chorus_acceptor_t *acc;
+    uint8_t *table; /* every rank's listener, packed (nranks * CHORUS_BS_ADDR_BYTES) */
 };
 
 /* The abort flag is set by another thread (chorus_comm_abort). It publishes no other data,
@@ -282,11 +287,11 @@ static chorus_status_t ring_link(chorus_bootstrap_t *bs, uint64_t deadline_ns)
             CHORUS_CHECK_GOTO(ring_accept_prev(bs, acc, deadline_ns), err_table);
         }
     }
-    /* Nobody else may join: the listener goes, so late strangers are refused by the
-     * kernel instead of waiting in a backlog. */
-    free(table);
-    chorus__acceptor_destroy(acc);
-    close(lfd);
+    /* The listener stays, for chorus_comm_shrink: a stranger who connects later waits in
+     * its backlog until a shrink's acceptor refuses it (it never learns the secret). */
+    bs->table = table;
+    bs->acc = acc;
+    bs->listen_fd = lfd;
     return CHORUS_SUCCESS;
 
 err_table:
@@ -319,6 +324,7 @@ chorus_status_t chorus__bootstrap_init(const chorus_unique_id_t *id, int rank, i
     bs->abort_flag = abort_flag;
     bs->next_fd = -1;
     bs->prev_fd = -1;
+    bs->listen_fd = -1;
     CHORUS_CHECK_GOTO(chorus__id_decode(id, &bs->info), err_free);
     CHORUS_CHECK_GOTO(ring_link(bs, chorus__deadline_after(timeout_s)), err_fds);
     CHORUS_INFO("bootstrap", "rank %d of %d: ring connected", rank, nranks);
@@ -400,11 +406,34 @@ const chorus_id_info_t *chorus__bootstrap_id_info(const chorus_bootstrap_t *bs)
     return &bs->info;
 }
 
+chorus_status_t chorus__bootstrap_peer_addr(const chorus_bootstrap_t *bs, int rank,
+                                            struct sockaddr_storage *addr_p)
+{
+    if (rank < 0 || rank >= bs->nranks || bs->table == NULL)
+        return chorus__error(CHORUS_ERR_INTERNAL, "bootstrap: rank %d: no address for rank %d",
+                             bs->rank, rank);
+    return chorus__bs_unpack_addr(bs->table + (size_t)CHORUS_BS_ADDR_BYTES * rank, addr_p);
+}
+
+chorus_acceptor_t *chorus__bootstrap_acceptor(chorus_bootstrap_t *bs)
+{
+    return bs->acc;
+}
+
+void chorus__bootstrap_close_ring(chorus_bootstrap_t *bs)
+{
+    if (bs->next_fd >= 0) close(bs->next_fd);
+    if (bs->prev_fd >= 0) close(bs->prev_fd);
+    bs->next_fd = bs->prev_fd = -1;
+}
+
 void chorus__bootstrap_destroy(chorus_bootstrap_t *bs)
 {
     if (bs == NULL) return;
-    if (bs->next_fd >= 0) close(bs->next_fd);
-    if (bs->prev_fd >= 0) close(bs->prev_fd);
+    chorus__bootstrap_close_ring(bs);
+    if (bs->acc != NULL) chorus__acceptor_destroy(bs->acc);
+    if (bs->listen_fd >= 0) close(bs->listen_fd);
+    free(bs->table);
     OPENSSL_cleanse(bs, sizeof(*bs));
     free(bs);
 }

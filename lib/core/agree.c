@@ -313,6 +313,15 @@ int chorus__agree_next_out(chorus_agree_t *a, int *to_p, void *buf_, size_t *len
     return 0;
 }
 
+void chorus__agree_poke(chorus_agree_t *a, int peer)
+{
+    if (peer < 0 || peer >= a->n) return;
+    if (a->state == CHORUS_AGREE_DECIDED)
+        queue(a, peer, a->suspect[peer] ? OUT_EXCLUDED : OUT_DECIDE);
+    else
+        queue(a, peer, OUT_STATE);
+}
+
 chorus_agree_state_t chorus__agree_state(const chorus_agree_t *a)
 {
     return a->state;

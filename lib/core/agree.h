@@ -72,6 +72,9 @@ chorus_status_t chorus__agree_on_msg(chorus_agree_t *agree, int from, const void
 int chorus__agree_next_out(chorus_agree_t *agree, int *to_p, void *buf, size_t *len_p);
 size_t chorus__agree_msg_max(int nranks);
 
+/* Queues this rank's state for peer (one in an older epoch learns of the newer one). */
+void chorus__agree_poke(chorus_agree_t *agree, int peer);
+
 chorus_agree_state_t chorus__agree_state(const chorus_agree_t *agree);
 
 /* Nonzero once this rank took the decision itself (it is the coordinator): the driver must

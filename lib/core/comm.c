@@ -588,6 +588,7 @@ static void core_comm_free(chorus_comm_t comm)
     free(comm->host_of);
     free(comm->local_ranks);
     free(comm->ring_order);
+    free(comm->lost);
     free(comm);
 }
 
@@ -605,8 +606,45 @@ chorus_status_t chorus_get_unique_id(chorus_unique_id_t *id_p)
     return CHORUS_SUCCESS;
 }
 
+void chorus__stop_init(chorus_stop_t *stop)
+{
+    pthread_mutex_init(&stop->lock, NULL);
+    stop->flag = NULL;
+    stop->requested = 0;
+}
+
+void chorus__stop_request(chorus_stop_t *stop)
+{
+    pthread_mutex_lock(&stop->lock);
+    stop->requested = 1;
+    if (stop->flag != NULL) atomic_store(stop->flag, 1);
+    pthread_mutex_unlock(&stop->lock);
+}
+
+void chorus__stop_fini(chorus_stop_t *stop)
+{
+    pthread_mutex_destroy(&stop->lock);
+}
+
+/* The forming comm's abort flag is reachable through stop from now on (or until NULL). */
+static void stop_attach(chorus_stop_t *stop, atomic_int *flag)
+{
+    if (stop == NULL) return;
+    pthread_mutex_lock(&stop->lock);
+    stop->flag = flag;
+    if (flag != NULL && stop->requested) atomic_store(flag, 1);
+    pthread_mutex_unlock(&stop->lock);
+}
+
 chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus_unique_id_t *id,
                                  int rank)
+{
+    return chorus__comm_init_stoppable(comm_p, nranks, id, rank, NULL);
+}
+
+chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
+                                            const chorus_unique_id_t *id, int rank,
+                                            chorus_stop_t *stop)
 {
     chorus_comm_t comm;
     chorus_status_t status;
@@ -630,6 +668,7 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
     pthread_mutex_init(&comm->err_lock, NULL);
     atomic_init(&comm->abort_flag, 0);
     atomic_init(&comm->async_error, 0);
+    stop_attach(stop, &comm->abort_flag);
     comm->rank = rank;
     comm->nranks = nranks;
     comm->nhosts = 1;
@@ -662,16 +701,22 @@ chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus
         chorus__error_context(status, "chorus_comm_init: rank %d: final barrier", rank);
         goto err_comm;
     }
+    /* Past the final barrier every rank has formed the comm: a stop that comes now (a
+     * member died just after) is for the comm's next call to find, as any death is. */
+    stop_attach(stop, NULL);
+    atomic_store(&comm->abort_flag, 0);
     core_log_ready(comm);
     chorus__hang_register(comm);
     *comm_p = comm;
     return CHORUS_SUCCESS;
 
 err_free:
+    stop_attach(stop, NULL);
     core_comm_free(comm);
 err_nomem:
     return chorus__error(CHORUS_ERR_NO_MEMORY, "chorus_comm_init: rank %d: no memory", rank);
 err_comm:
+    stop_attach(stop, NULL);
     core_comm_free(comm);
     return status;
 }

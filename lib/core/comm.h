@@ -110,7 +110,29 @@ struct chorus_comm {
     /* Nonblocking host operations (async.c): the queue and its progress thread, made at the
      * first chorus_i* call; NULL before. */
     struct chorus_async *async;
+
+    /* Recovery (shrink.c): nranks bytes, nonzero for the ranks a chorus_comm_shrink agreed
+     * were lost; NULL before one. */
+    uint8_t *lost;
 };
+
+/* A handle that stops a communicator's creation from another thread (shrink.c watches the
+ * survivors' connections while a new communicator forms): chorus__stop_request makes the
+ * creation's waits end with CHORUS_ERR_ABORTED, whether it comes before or during them. */
+typedef struct {
+    pthread_mutex_t lock;
+    atomic_int *flag; /* the forming comm's abort_flag, while it exists */
+    int requested;
+} chorus_stop_t;
+
+void chorus__stop_init(chorus_stop_t *stop);
+void chorus__stop_request(chorus_stop_t *stop);
+void chorus__stop_fini(chorus_stop_t *stop);
+
+/* chorus_comm_init, stoppable through stop (may be NULL). */
+chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
+                                            const chorus_unique_id_t *id, int rank,
+                                            chorus_stop_t *stop);
 
 /* One collective call, as validated and run. */
 typedef struct {

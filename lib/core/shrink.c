@@ -1,0 +1,804 @@
+/*
+ * Recovery: chorus_comm_revoke, chorus_comm_shrink and chorus_comm_failed_ranks.
+ *
+ * A shrink revokes the failed communicator (its peers' waits end at once), then runs the
+ * survivors' agreement of agree.c over fresh connections between the ranks' bootstrap
+ * listeners, which stay open for the communicator's life and authenticate with its secret:
+ * the failed comm's own streams are out of step and carry nothing more. The coordinator of
+ * the decision makes a new unique id (its process serves the rendezvous); every survivor
+ * joins the new communicator with the rank it has among the survivors. While it forms, a
+ * watcher thread keeps an eye on the agreement's connections: a survivor that dies then
+ * (its connection ends before it said it formed), or a peer that has moved to the next
+ * epoch, stops the formation, and the agreement runs again with what was learnt. So a death
+ * at any moment of a shrink ends in an agreement among the ranks still alive, or in an error
+ * at the deadline, never in a wait without end.
+ *
+ * Frames on the agreement's connections: u32 length of what follows, u8 kind (AGREE: an
+ * agree.c message; FORMED: u32 epoch, "my new communicator formed"), the payload.
+ */
+#include "core/agree.h"
+#include "core/comm.h"
+
+#include "arena/arena.h"
+#include "util/auth.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/sock.h"
+#include "util/status.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SK_HELLO_MAGIC "SHRK"
+#define SK_HELLO_BYTES 20 /* magic, u64 comm id, u32 rank, u32 nranks */
+#define SK_FRAME_AGREE 1
+#define SK_FRAME_FORMED 2
+#define SK_POLL_MS 2
+#define SK_AUTH_S 2.0 /* a peer that has begun its shrink answers a handshake at once */
+
+typedef enum {
+    SK_NONE = 0,
+    SK_CONNECTING, /* our connect in flight */
+    SK_CHALLENGE,  /* connected: waiting for the peer's acceptor to challenge us */
+    SK_READY,
+} sk_link_state_t;
+
+typedef struct {
+    int out_fd; /* the connection we opened */
+    sk_link_state_t out_state;
+    int in_fd;  /* the connection it opened (either may carry messages) */
+    uint8_t *rbuf[2]; /* bytes read from out_fd / in_fd, frames not yet taken */
+    size_t rlen[2], rcap[2];
+    uint8_t *pend; /* frames waiting for out_fd to be ready */
+    size_t plen;
+    int dead;   /* its connection ended, or it refused one */
+    int formed; /* it said its new communicator formed */
+} sk_peer_t;
+
+typedef struct {
+    chorus_comm_t comm;
+    int me, n;
+    uint32_t epoch;
+    uint64_t deadline_ns;
+    sk_peer_t *peers;
+    uint8_t *suspect; /* kept across epochs */
+    chorus_agree_t *ag;
+    uint8_t *msg; /* chorus__agree_msg_max + frame header */
+    chorus_acceptor_t *acc;
+    /* The watcher, during a formation. */
+    pthread_t watcher;
+    atomic_int watch_stop;
+    chorus_stop_t stop;
+    uint32_t seen_epoch; /* the highest epoch a peer showed */
+    struct pollfd *pfds; /* 2 * n: the main loop's, then the watcher's */
+    int *who;
+    /* The acceptor thread: it authenticates the survivors' connections while this rank's
+     * own handshakes wait for theirs (two ranks that connect to each other at once would
+     * otherwise each wait for the other's acceptor). It queues them here. */
+    pthread_t acceptor;
+    int acceptor_running;
+    atomic_int acceptor_stop;
+    pthread_mutex_t accepted_lock;
+    int *accepted_fd; /* n: a connection from that rank waiting to be taken, or -1 */
+} shrink_t;
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void sk_close_peer(sk_peer_t *pp)
+{
+    if (pp->out_fd >= 0) close(pp->out_fd);
+    if (pp->in_fd >= 0) close(pp->in_fd);
+    pp->out_fd = pp->in_fd = -1;
+    pp->out_state = SK_NONE;
+    for (int k = 0; k < 2; k++) pp->rlen[k] = 0;
+    pp->plen = 0;
+}
+
+static void sk_mark_dead(shrink_t *s, int p)
+{
+    sk_peer_t *pp = &s->peers[p];
+
+    if (pp->dead) return;
+    pp->dead = 1;
+    sk_close_peer(pp);
+    if (!pp->formed) s->suspect[p] = 1;
+    if (s->ag != NULL) chorus__agree_on_dead(s->ag, p);
+    CHORUS_INFO("shrink", "rank %d: rank %d is gone", s->me, p);
+}
+
+/* ---- connections ---- */
+
+static void sk_hello(const shrink_t *s, uint8_t out[SK_HELLO_BYTES])
+{
+    memcpy(out, SK_HELLO_MAGIC, 4);
+    put32(out + 4, (uint32_t)(s->comm->comm_id >> 32));
+    put32(out + 8, (uint32_t)s->comm->comm_id);
+    put32(out + 12, (uint32_t)s->me);
+    put32(out + 16, (uint32_t)s->n);
+}
+
+/* Starts a connection to p's listener; a refusal means p's process is gone. */
+static void sk_connect_start(shrink_t *s, int p)
+{
+    sk_peer_t *pp = &s->peers[p];
+    struct sockaddr_storage addr;
+    socklen_t alen;
+    int fd, one = 1;
+
+    if (chorus__bootstrap_peer_addr(s->comm->bs, p, &addr) != CHORUS_SUCCESS) {
+        sk_mark_dead(s, p);
+        return;
+    }
+    alen = addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return; /* tried again at the next message */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (const struct sockaddr *)&addr, alen) != 0 && errno != EINPROGRESS) {
+        int err = errno;
+        close(fd);
+        if (err == ECONNREFUSED || err == ECONNRESET || err == ENETUNREACH ||
+            err == EHOSTUNREACH)
+            sk_mark_dead(s, p);
+        return;
+    }
+    pp->out_fd = fd;
+    pp->out_state = SK_CONNECTING;
+    CHORUS_TRACE("shrink", "rank %d: connecting to rank %d", s->me, p);
+}
+
+/* Appends a frame for p; sent at once where the link is ready. */
+static void sk_queue_frame(shrink_t *s, int p, int kind, const void *payload, size_t len)
+{
+    sk_peer_t *pp = &s->peers[p];
+    uint8_t *grown;
+
+    if (pp->dead) return;
+    grown = realloc(pp->pend, pp->plen + 5 + len);
+    if (grown == NULL) {
+        sk_mark_dead(s, p); /* no memory: the agreement goes on without it, or times out */
+        return;
+    }
+    pp->pend = grown;
+    put32(pp->pend + pp->plen, (uint32_t)(len + 1));
+    pp->pend[pp->plen + 4] = (uint8_t)kind;
+    memcpy(pp->pend + pp->plen + 5, payload, len);
+    pp->plen += 5 + len;
+}
+
+/* Sends what is pending on p's ready link (the one it opened if ours is not ready). */
+static void sk_flush_peer(shrink_t *s, int p)
+{
+    sk_peer_t *pp = &s->peers[p];
+    int fd = pp->out_state == SK_READY ? pp->out_fd : pp->in_fd;
+
+    if (pp->dead || pp->plen == 0) return;
+    if (fd < 0) {
+        if (pp->out_state == SK_NONE) sk_connect_start(s, p);
+        return;
+    }
+    /* Frames are small and the peer reads them at once: a short blocking send. */
+    if (chorus__sock_send_all(fd, pp->pend, pp->plen, chorus__deadline_after(SK_AUTH_S)) !=
+        CHORUS_SUCCESS) {
+        sk_mark_dead(s, p);
+        return;
+    }
+    pp->plen = 0;
+}
+
+/* Moves our connection to p along: connected, challenged, authenticated. */
+static void sk_progress_out(shrink_t *s, int p, short revents)
+{
+    sk_peer_t *pp = &s->peers[p];
+    uint8_t hello[SK_HELLO_BYTES];
+
+    if (pp->out_state == SK_CONNECTING && (revents & (POLLOUT | POLLERR | POLLHUP))) {
+        int err = 0;
+        socklen_t elen = sizeof err;
+        if (getsockopt(pp->out_fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
+        if (err != 0) {
+            sk_mark_dead(s, p);
+            return;
+        }
+        pp->out_state = SK_CHALLENGE;
+        return;
+    }
+    if (pp->out_state == SK_CHALLENGE && (revents & (POLLIN | POLLERR | POLLHUP))) {
+        sk_hello(s, hello);
+        if (chorus__auth_client(pp->out_fd, chorus__bootstrap_id_info(s->comm->bs)->secret, hello,
+                                sizeof hello, chorus__deadline_after(SK_AUTH_S)) !=
+            CHORUS_SUCCESS) {
+            sk_mark_dead(s, p);
+            return;
+        }
+        pp->out_state = SK_READY;
+        CHORUS_TRACE("shrink", "rank %d: connected to rank %d", s->me, p);
+        sk_flush_peer(s, p);
+    }
+}
+
+/* The acceptor thread (strangers are refused inside chorus__acceptor_accept). */
+static void *sk_acceptor_main(void *arg)
+{
+    shrink_t *s = arg;
+    uint8_t hello[CHORUS_AUTH_HELLO_MAX];
+    size_t len;
+    int fd;
+
+    while (!atomic_load(&s->acceptor_stop)) {
+        uint64_t id;
+        uint32_t r;
+        if (chorus__acceptor_accept(s->acc, hello, sizeof hello, &len,
+                                    s->deadline_ns, &s->acceptor_stop,
+                                    &fd) != CHORUS_SUCCESS)
+            continue;
+        if (len != SK_HELLO_BYTES || memcmp(hello, SK_HELLO_MAGIC, 4) != 0) goto drop;
+        id = (uint64_t)get32(hello + 4) << 32 | get32(hello + 8);
+        r = get32(hello + 12);
+        if (id != s->comm->comm_id || get32(hello + 16) != (uint32_t)s->n || r >= (uint32_t)s->n ||
+            (int)r == s->me)
+            goto drop;
+        (void)chorus__sock_set_nonblocking(fd, 1);
+        pthread_mutex_lock(&s->accepted_lock);
+        if (s->accepted_fd[r] >= 0) close(s->accepted_fd[r]);
+        s->accepted_fd[r] = fd;
+        pthread_mutex_unlock(&s->accepted_lock);
+        continue;
+    drop:
+        CHORUS_WARN("shrink", "rank %d: dropped an authenticated connection that is not a "
+                    "survivor of this communicator", s->me);
+        close(fd);
+    }
+    return NULL;
+}
+
+/* Takes the connections the acceptor thread authenticated. */
+static void sk_accept(shrink_t *s)
+{
+    pthread_mutex_lock(&s->accepted_lock);
+    for (int r = 0; r < s->n; r++) {
+        int fd = s->accepted_fd[r];
+        if (fd < 0) continue;
+        s->accepted_fd[r] = -1;
+        if (s->peers[r].dead) { /* gone for us; it learns from the closed socket */
+            close(fd);
+            continue;
+        }
+        if (s->peers[r].in_fd >= 0) close(s->peers[r].in_fd);
+        s->peers[r].in_fd = fd;
+        s->peers[r].rlen[1] = 0;
+    }
+    pthread_mutex_unlock(&s->accepted_lock);
+}
+
+/* Reads what p sent on link k; 0, or -1 when the link ended. */
+static int sk_read(sk_peer_t *pp, int k)
+{
+    int fd = k == 0 ? pp->out_fd : pp->in_fd;
+
+    for (;;) {
+        ssize_t got;
+        if (pp->rcap[k] - pp->rlen[k] < 512) {
+            size_t cap = pp->rcap[k] * 2 + 1024;
+            uint8_t *grown = realloc(pp->rbuf[k], cap);
+            if (grown == NULL) return -1;
+            pp->rbuf[k] = grown;
+            pp->rcap[k] = cap;
+        }
+        got = recv(fd, pp->rbuf[k] + pp->rlen[k], pp->rcap[k] - pp->rlen[k], MSG_DONTWAIT);
+        if (got > 0) {
+            pp->rlen[k] += (size_t)got;
+            continue;
+        }
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+        return -1;
+    }
+}
+
+/* The next whole frame of link k, or NULL; *len_p its payload length with the kind. */
+static const uint8_t *sk_frame_at(const sk_peer_t *pp, int k, size_t off, size_t max,
+                                  size_t *len_p)
+{
+    size_t len;
+
+    if (pp->rlen[k] - off < 4) return NULL;
+    len = get32(pp->rbuf[k] + off);
+    if (len == 0 || len > max) return pp->rbuf[k] + off; /* malformed: caller drops the peer */
+    if (pp->rlen[k] - off - 4 < len) return NULL;
+    *len_p = len;
+    return pp->rbuf[k] + off + 4;
+}
+
+/* ---- the agreement ---- */
+
+static size_t sk_frame_max(const shrink_t *s)
+{
+    return 1 + chorus__agree_msg_max(s->n);
+}
+
+/* Feeds p's whole frames to the agreement. */
+static void sk_dispatch(shrink_t *s, int p, int k)
+{
+    sk_peer_t *pp = &s->peers[p];
+    size_t off = 0, len = 0;
+    const uint8_t *f;
+
+    while (!pp->dead && (f = sk_frame_at(pp, k, off, sk_frame_max(s), &len)) != NULL) {
+        uint32_t epoch = 0;
+        chorus_status_t st;
+
+        if (f == pp->rbuf[k] + off) { /* a length no frame has */
+            sk_mark_dead(s, p);
+            return;
+        }
+        off += 4 + len;
+        if (f[0] == SK_FRAME_FORMED) {
+            pp->formed = 1;
+            continue;
+        }
+        if (f[0] != SK_FRAME_AGREE) continue;
+        st = chorus__agree_on_msg(s->ag, p, f + 1, len - 1, &epoch);
+        CHORUS_TRACE("shrink", "rank %d: message type %u from rank %d (epoch %u, target %u): %s; "
+                     "state %d target %d", s->me, f[1 + 4], p, epoch, get32(f + 1 + 16),
+                     chorus_status_string(st), (int)chorus__agree_state(s->ag),
+                     chorus__agree_target(s->ag));
+        if (st == CHORUS_ERR_MISMATCH) {
+            if (epoch > s->seen_epoch) s->seen_epoch = epoch;
+            if (epoch < s->epoch) chorus__agree_poke(s->ag, p);
+            /* A newer epoch: the caller starts it, and this frame is read again then. */
+            if (epoch > s->epoch) {
+                off -= 4 + len;
+                break;
+            }
+        } else if (st != CHORUS_SUCCESS) {
+            CHORUS_WARN("shrink", "%s", chorus_last_error());
+            sk_mark_dead(s, p);
+            return;
+        }
+    }
+    if (off > 0 && !pp->dead) {
+        memmove(pp->rbuf[k], pp->rbuf[k] + off, pp->rlen[k] - off);
+        pp->rlen[k] -= off;
+    }
+}
+
+static chorus_status_t sk_set_blob(shrink_t *s);
+
+/* Sends what the agreement queued. */
+static chorus_status_t sk_send_queued(shrink_t *s)
+{
+    size_t len;
+    int to;
+
+    /* A death found while sending can complete the decision here: the blob is checked
+     * before every message. */
+    for (;;) {
+        chorus_status_t st = sk_set_blob(s);
+        if (st != CHORUS_SUCCESS) return st;
+        if (!chorus__agree_next_out(s->ag, &to, s->msg, &len)) return CHORUS_SUCCESS;
+        sk_queue_frame(s, to, SK_FRAME_AGREE, s->msg, len);
+        sk_flush_peer(s, to);
+    }
+}
+
+/* The coordinator's decision carries the new communicator's id, made when it decides. */
+static chorus_status_t sk_set_blob(shrink_t *s)
+{
+    if (chorus__agree_decided_here(s->ag)) {
+        size_t blob_len;
+        (void)chorus__agree_blob(s->ag, &blob_len);
+        if (blob_len == 0) {
+            chorus_unique_id_t id;
+            chorus_status_t st =
+                chorus__bootstrap_new_id(chorus__bootstrap_local_addr(s->comm->bs), &id);
+            if (st != CHORUS_SUCCESS)
+                return chorus__error_context(st, "rank %d: comm_shrink: making the new id",
+                                             s->me);
+            return chorus__agree_set_blob(s->ag, &id, sizeof id);
+        }
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* One look at every connection: accepts, connects, reads. */
+static void sk_poll(shrink_t *s, int wait_ms)
+{
+    struct pollfd *pfds = s->pfds;
+    int *who = s->who;
+    nfds_t nf = 0;
+
+    sk_accept(s);
+    for (int p = 0; p < s->n; p++) {
+        if (s->peers[p].plen > 0) sk_flush_peer(s, p);
+    }
+    for (int p = 0; p < s->n; p++) {
+        sk_peer_t *pp = &s->peers[p];
+        if (pp->dead) continue;
+        if (pp->out_fd >= 0) {
+            short ev = pp->out_state == SK_CONNECTING ? POLLOUT : POLLIN;
+            pfds[nf] = (struct pollfd){.fd = pp->out_fd, .events = ev};
+            who[nf++] = p;
+        }
+        if (pp->in_fd >= 0) {
+            pfds[nf] = (struct pollfd){.fd = pp->in_fd, .events = POLLIN};
+            who[nf++] = ~p;
+        }
+    }
+    if (nf == 0 || poll(pfds, nf, wait_ms) <= 0) return;
+    for (nfds_t i = 0; i < nf; i++) {
+        int p = who[i] < 0 ? ~who[i] : who[i], k = who[i] < 0;
+        sk_peer_t *pp = &s->peers[p];
+        if (pfds[i].revents == 0 || pp->dead) continue;
+        if (k == 0 && pp->out_state != SK_READY) {
+            sk_progress_out(s, p, pfds[i].revents);
+            continue;
+        }
+        if ((k == 0 ? pp->out_fd : pp->in_fd) < 0) continue;
+        if (sk_read(pp, k) != 0) {
+            sk_dispatch(s, p, k); /* what it sent before it went */
+            sk_mark_dead(s, p);
+            continue;
+        }
+        sk_dispatch(s, p, k);
+    }
+}
+
+static chorus_status_t sk_start_epoch(shrink_t *s, uint32_t epoch)
+{
+    chorus_status_t status;
+
+    chorus__agree_destroy(s->ag);
+    s->ag = NULL;
+    s->epoch = epoch;
+    for (int p = 0; p < s->n; p++) s->peers[p].formed = 0;
+    status = chorus__agree_create(s->me, s->n, epoch, s->suspect, &s->ag);
+    if (status != CHORUS_SUCCESS) return status;
+    for (int p = 0; p < s->n; p++) {
+        if (s->peers[p].dead) chorus__agree_on_dead(s->ag, p);
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* The ranks this one still waits for, as "2, 5". */
+static void sk_waiting_for(const shrink_t *s, char *buf, size_t size)
+{
+    size_t len = 0;
+    int target = chorus__agree_target(s->ag);
+
+    buf[0] = '\0';
+    for (int p = 0; p < s->n && len < size; p++) {
+        if (p == s->me || s->suspect[p] || (target != s->me && p != target)) continue;
+        len += (size_t)snprintf(buf + len, size - len, "%s%d", len ? ", " : "", p);
+    }
+}
+
+/* Runs epochs of the agreement until this rank has a decision, is excluded, or the
+ * deadline passes. */
+static chorus_status_t sk_agree(shrink_t *s)
+{
+    for (;;) {
+        chorus_agree_state_t st;
+        chorus_status_t status = sk_send_queued(s);
+
+        if (status != CHORUS_SUCCESS) return status;
+        st = chorus__agree_state(s->ag);
+        if (st == CHORUS_AGREE_DECIDED) return CHORUS_SUCCESS;
+        if (st == CHORUS_AGREE_EXCLUDED) {
+            int by = chorus__agree_told_by(s->ag);
+            return chorus__error(CHORUS_ERR_REMOTE,
+                                 "rank %d: comm_shrink: the survivors excluded this rank (%s%d "
+                                 "believes it lost): it is not in the new communicator",
+                                 s->me, by >= 0 ? "rank " : "", by >= 0 ? by : s->me);
+        }
+        if (s->seen_epoch > s->epoch) {
+            status = sk_start_epoch(s, s->seen_epoch);
+            if (status != CHORUS_SUCCESS) return status;
+            for (int p = 0; p < s->n; p++) { /* the frames that were held back */
+                for (int k = 0; k < 2; k++) sk_dispatch(s, p, k);
+            }
+            continue;
+        }
+        if (chorus__deadline_passed(s->deadline_ns)) {
+            char names[128];
+            sk_waiting_for(s, names, sizeof names);
+            return chorus__error(CHORUS_ERR_TIMEOUT,
+                                 "rank %d: comm_shrink: no agreement before the deadline "
+                                 "(epoch %u, waiting for rank(s) %s)",
+                                 s->me, s->epoch, names[0] ? names : "none");
+        }
+        sk_poll(s, SK_POLL_MS);
+    }
+}
+
+/* ---- forming the new communicator ---- */
+
+/* The watcher: a survivor that dies, or a peer in a newer epoch, stops the formation. */
+static void *sk_watch(void *arg)
+{
+    shrink_t *s = arg;
+    const uint8_t *dead = chorus__agree_dead(s->ag);
+
+    /* The main thread is inside the formation: the peers and the poll arrays are ours. */
+    while (!atomic_load(&s->watch_stop)) {
+        struct pollfd *pfds = s->pfds;
+        int *who = s->who;
+        nfds_t nf = 0;
+        sk_accept(s);
+        for (int p = 0; p < s->n; p++) {
+            sk_peer_t *pp = &s->peers[p];
+            if (pp->dead || pp->formed) continue;
+            if (pp->out_fd >= 0 && pp->out_state == SK_READY) {
+                pfds[nf] = (struct pollfd){.fd = pp->out_fd, .events = POLLIN};
+                who[nf++] = p;
+            }
+            if (pp->in_fd >= 0) {
+                pfds[nf] = (struct pollfd){.fd = pp->in_fd, .events = POLLIN};
+                who[nf++] = ~p;
+            }
+        }
+        if (poll(pfds, nf, 10) <= 0) continue;
+        for (nfds_t i = 0; i < nf; i++) {
+            int p = who[i] < 0 ? ~who[i] : who[i], k = who[i] < 0;
+            sk_peer_t *pp = &s->peers[p];
+            size_t off = 0, len = 0;
+            const uint8_t *f;
+            int ended;
+            if (pfds[i].revents == 0) continue;
+            ended = sk_read(pp, k) != 0;
+            while ((f = sk_frame_at(pp, k, off, sk_frame_max(s), &len)) != NULL &&
+                   f != pp->rbuf[k] + off) {
+                off += 4 + len;
+                if (f[0] == SK_FRAME_FORMED) pp->formed = 1;
+                /* A peer in a newer epoch gave up on this formation. */
+                if (f[0] == SK_FRAME_AGREE && len >= 1 + 12 && get32(f + 1 + 8) > s->epoch) {
+                    if (get32(f + 1 + 8) > s->seen_epoch) s->seen_epoch = get32(f + 1 + 8);
+                    chorus__stop_request(&s->stop);
+                }
+            }
+            if (ended && !pp->formed && !dead[p]) {
+                CHORUS_INFO("shrink", "rank %d: survivor %d went while the new comm formed",
+                            s->me, p);
+                chorus__stop_request(&s->stop);
+            }
+            if (ended) pp->dead = 2; /* the main thread closes it (sk_mark_dead) */
+        }
+    }
+    return NULL;
+}
+
+/* Joins the new communicator of the decision; CHORUS_ERR_ABORTED when the watcher stopped
+ * it, so that the next epoch begins. */
+static chorus_status_t sk_form(shrink_t *s, chorus_comm_t *newcomm_p)
+{
+    const uint8_t *dead = chorus__agree_dead(s->ag);
+    chorus_unique_id_t id;
+    size_t len;
+    const void *blob = chorus__agree_blob(s->ag, &len);
+    int newrank = 0, newsize = 0;
+    chorus_status_t status;
+
+    if (len != sizeof id)
+        return chorus__error(CHORUS_ERR_REMOTE, "rank %d: comm_shrink: the decision carries %zu "
+                             "bytes, not a unique id", s->me, len);
+    memcpy(&id, blob, sizeof id);
+    for (int p = 0; p < s->n; p++) {
+        if (dead[p]) continue;
+        if (p < s->me) newrank++;
+        newsize++;
+    }
+    chorus__stop_init(&s->stop);
+    atomic_store(&s->watch_stop, 0);
+    if (pthread_create(&s->watcher, NULL, sk_watch, s) != 0) {
+        chorus__stop_fini(&s->stop);
+        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "rank %d: comm_shrink: watcher",
+                                   s->me);
+    }
+    CHORUS_INFO("shrink", "rank %d: epoch %u: joining the new communicator as rank %d of %d",
+                s->me, s->epoch, newrank, newsize);
+    status = chorus__comm_init_stoppable(newcomm_p, newsize, &id, newrank, &s->stop);
+    atomic_store(&s->watch_stop, 1);
+    pthread_join(s->watcher, NULL);
+    chorus__stop_fini(&s->stop);
+    chorus__log_set_rank(s->me);
+    for (int p = 0; p < s->n; p++) {
+        if (s->peers[p].dead == 2) {
+            s->peers[p].dead = 0;
+            sk_mark_dead(s, p);
+        }
+    }
+    return status;
+}
+
+/* Tells the survivors that this rank's new communicator formed, so that its closing
+ * connections do not look like a death to those still forming. */
+static void sk_say_formed(shrink_t *s)
+{
+    uint8_t ep[4];
+
+    put32(ep, s->epoch);
+    for (int p = 0; p < s->n; p++) {
+        if (s->peers[p].dead) continue;
+        sk_queue_frame(s, p, SK_FRAME_FORMED, ep, sizeof ep);
+        if (s->peers[p].out_state == SK_READY || s->peers[p].in_fd >= 0) sk_flush_peer(s, p);
+    }
+}
+
+static chorus_status_t sk_acceptor_start(shrink_t *s)
+{
+    s->accepted_fd = malloc(sizeof(int) * (size_t)s->n);
+    if (s->accepted_fd == NULL)
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: comm_shrink: %d ranks", s->me, s->n);
+    for (int r = 0; r < s->n; r++) s->accepted_fd[r] = -1;
+    pthread_mutex_init(&s->accepted_lock, NULL);
+    atomic_init(&s->acceptor_stop, 0);
+    if (pthread_create(&s->acceptor, NULL, sk_acceptor_main, s) != 0) {
+        pthread_mutex_destroy(&s->accepted_lock);
+        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno,
+                                   "rank %d: comm_shrink: acceptor thread", s->me);
+    }
+    s->acceptor_running = 1;
+    return CHORUS_SUCCESS;
+}
+
+static void sk_free(shrink_t *s)
+{
+    if (s->acceptor_running) {
+        atomic_store(&s->acceptor_stop, 1);
+        pthread_join(s->acceptor, NULL);
+        for (int r = 0; r < s->n; r++) {
+            if (s->accepted_fd[r] >= 0) close(s->accepted_fd[r]);
+        }
+        pthread_mutex_destroy(&s->accepted_lock);
+    }
+    free(s->accepted_fd);
+    for (int p = 0; s->peers != NULL && p < s->n; p++) {
+        sk_close_peer(&s->peers[p]);
+        for (int k = 0; k < 2; k++) free(s->peers[p].rbuf[k]);
+        free(s->peers[p].pend);
+    }
+    free(s->peers);
+    free(s->suspect);
+    free(s->msg);
+    free(s->pfds);
+    free(s->who);
+    chorus__agree_destroy(s->ag);
+}
+
+/* ---- public ---- */
+
+chorus_status_t chorus_comm_revoke(chorus_comm_t comm)
+{
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "comm_revoke: comm is NULL");
+    chorus__log_set_rank(comm->rank);
+    /* Our own work in flight ends first (nonblocking operations, device calls)... */
+    atomic_store(&comm->abort_flag, 1);
+    chorus__comm_quiesce(comm);
+    pthread_mutex_lock(&comm->err_lock);
+    if (atomic_load_explicit(&comm->async_error, memory_order_relaxed) == 0) {
+        snprintf(comm->first_error, sizeof comm->first_error,
+                 "rank %d: the communicator was revoked", comm->rank);
+        atomic_store_explicit(&comm->async_error, (int)CHORUS_ERR_ABORTED, memory_order_release);
+    }
+    pthread_mutex_unlock(&comm->err_lock);
+    /* ...then every peer learns: the arena's failed mark, each transport's goodbye, and the
+     * bootstrap ring's end. */
+    if (comm->arena != NULL) (void)chorus__arena_fail(comm->arena, CHORUS_ERR_ABORTED);
+    for (int t = 0; t < comm->ntps; t++)
+        chorus__tp_leave(comm->tps[t].ops, comm->tps[t].tp, CHORUS_ERR_ABORTED);
+    chorus__bootstrap_close_ring(comm->bs);
+    CHORUS_INFO("core", "rank %d: comm %016llx revoked", comm->rank,
+                (unsigned long long)comm->comm_id);
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_comm_t *newcomm_p)
+{
+    shrink_t s;
+    chorus_status_t status;
+    chorus_comm_t newcomm = NULL;
+    uint64_t t0 = chorus__now_ns();
+
+    chorus__error_clear();
+    if (comm == NULL) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "comm_shrink: comm is NULL");
+    if (newcomm_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: comm_shrink: newcomm_p is NULL",
+                             comm->rank);
+    if (flags != 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: comm_shrink: flags 0x%x (none are defined: pass 0)",
+                             comm->rank, flags);
+    if (comm->lost != NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: comm_shrink: this communicator was shrunk already; shrink "
+                             "the new one", comm->rank);
+    (void)chorus_comm_revoke(comm);
+    chorus__error_clear();
+
+    memset(&s, 0, sizeof s);
+    s.comm = comm;
+    s.me = comm->rank;
+    s.n = comm->nranks;
+    s.acc = chorus__bootstrap_acceptor(comm->bs);
+    s.deadline_ns = chorus__deadline_after(comm->timeout_s);
+    s.peers = calloc((size_t)s.n, sizeof *s.peers);
+    s.suspect = calloc((size_t)s.n, 1);
+    s.msg = malloc(chorus__agree_msg_max(s.n));
+    s.pfds = calloc((size_t)s.n * 2, sizeof *s.pfds);
+    s.who = calloc((size_t)s.n * 2, sizeof *s.who);
+    if (s.peers == NULL || s.suspect == NULL || s.msg == NULL || s.acc == NULL ||
+        s.pfds == NULL || s.who == NULL) {
+        status = chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: comm_shrink: %d ranks", s.me, s.n);
+        goto out;
+    }
+    for (int p = 0; p < s.n; p++) s.peers[p].out_fd = s.peers[p].in_fd = -1;
+    CHORUS_CHECK_GOTO(sk_acceptor_start(&s), out);
+    CHORUS_CHECK_GOTO(sk_start_epoch(&s, 0), out);
+    for (;;) {
+        CHORUS_CHECK_GOTO(sk_agree(&s), out);
+        status = sk_form(&s, &newcomm);
+        if (status == CHORUS_SUCCESS) break;
+        if (chorus__deadline_passed(s.deadline_ns)) {
+            chorus__error_context(status, "rank %d: comm_shrink: epoch %u: forming the new "
+                                  "communicator", s.me, s.epoch);
+            goto out;
+        }
+        CHORUS_INFO("shrink", "rank %d: epoch %u did not form (%s); next epoch", s.me, s.epoch,
+                    chorus_last_error());
+        CHORUS_CHECK_GOTO(sk_start_epoch(&s, s.seen_epoch > s.epoch ? s.seen_epoch : s.epoch + 1),
+                          out);
+        for (int p = 0; p < s.n; p++) {
+            for (int k = 0; k < 2; k++) sk_dispatch(&s, p, k);
+        }
+    }
+    sk_say_formed(&s);
+    comm->lost = malloc((size_t)s.n);
+    if (comm->lost != NULL) memcpy(comm->lost, chorus__agree_dead(s.ag), (size_t)s.n);
+    {
+        int nlost = 0;
+        for (int p = 0; p < s.n; p++) nlost += chorus__agree_dead(s.ag)[p] != 0;
+        CHORUS_INFO("shrink", "rank %d: shrunk to %d ranks (%d lost) in %.1f ms, epoch %u", s.me,
+                    s.n - nlost, nlost, (double)(chorus__now_ns() - t0) / 1e6, s.epoch);
+    }
+    *newcomm_p = newcomm;
+    status = CHORUS_SUCCESS;
+out:
+    sk_free(&s);
+    return status;
+}
+
+chorus_status_t chorus_comm_failed_ranks(chorus_comm_t comm, int *ranks, int max, int *count_p)
+{
+    int count = 0;
+
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "comm_failed_ranks: comm is NULL");
+    if (count_p == NULL || max < 0 || (max > 0 && ranks == NULL))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: comm_failed_ranks: count_p is NULL, or ranks is NULL "
+                             "with max %d", comm->rank, max);
+    for (int p = 0; comm->lost != NULL && p < comm->nranks; p++) {
+        if (!comm->lost[p]) continue;
+        if (count < max) ranks[count] = p;
+        count++;
+    }
+    *count_p = count;
+    return CHORUS_SUCCESS;
+}
