@@ -3,7 +3,9 @@
  * of its shards' "gradients" (int32, so that the check is exact). The allreduced sum does
  * not depend on how many ranks share the work, so every step is checked against the value
  * it must have. When a call fails (a rank died), the survivors shrink the communicator, the
- * shards are dealt again over the ranks that are left, and the step is redone.
+ * shards are dealt again over the ranks that are left, and they resume from the earliest
+ * step any of them had not finished (a collective that fails on one rank may have completed
+ * on another).
  *
  *   chorusrun -n 8 --on-failure continue -- ./elastic [--steps N] [--count N]
  *
@@ -157,6 +159,13 @@ int main(int argc, char **argv)
         printf(") in %.3f s\n", epoch_s() - t0);
         recoveries++;
         fresh = 1;
+        /* A collective that fails on one rank may have completed on another (the dead
+         * rank's data had reached it): the survivors resume from the earliest step. If
+         * this call fails too (another death), the loop shrinks again. */
+        int64_t resume = step;
+        if (chorus_allreduce(&resume, &resume, 1, CHORUS_INT64, CHORUS_MIN, comm, NULL) ==
+            CHORUS_SUCCESS)
+            step = (long)resume;
     }
     printf("rank %d: done: %ld steps, %d recoveries, all sums correct\n", first_rank, steps,
            recoveries);

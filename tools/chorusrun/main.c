@@ -51,6 +51,7 @@ typedef struct {
     double grace_s;   /* between SIGTERM and SIGKILL */
     int hang_signal;  /* --hang-report: SIGUSR1 to every rank at the first timeout */
     int torch_env;    /* --torch-env: also torchrun's variables (RANK, MASTER_PORT, ...) */
+    int keep_going;   /* --on-failure continue: a rank's death does not stop the others */
     char **argv;      /* the program and its arguments, NULL-terminated */
 } options_t;
 
@@ -128,16 +129,23 @@ static void usage(FILE *out)
             "                      LOCAL_WORLD_SIZE, and MASTER_ADDR=127.0.0.1 and a free\n"
             "                      MASTER_PORT unless given), for env:// init of\n"
             "                      torch.distributed\n"
+            "      --on-failure stop|continue\n"
+            "                      what a rank's failure does to the others (default stop;\n"
+            "                      continue: for jobs that survive the loss of ranks with\n"
+            "                      chorus_comm_shrink, see examples/elastic.c)\n"
             "  -h, --help          this help\n"
             "  -V, --version       print the version of the Chorus library\n"
             "\n"
             "When a rank fails (non-zero exit or a signal), the others get SIGTERM, then\n"
             "SIGKILL after the grace period, and chorusrun exits with the failed rank's\n"
-            "status (128 + signal number for a signal). SIGINT, SIGTERM, SIGHUP and SIGQUIT\n"
-            "are forwarded to the ranks; a second one kills them at once. All ranks are\n"
-            "local, so CHORUS_SOCKET_IFNAME defaults to lo. When a collective times out,\n"
-            "chorusrun prints a hang summary from the ranks' reports (CHORUS_HANG_REPORT)\n"
-            "naming the ranks that never arrived (not with -q).\n",
+            "status (128 + signal number for a signal). With --on-failure continue the others\n"
+            "go on: a rank killed by a signal is reported and forgiven (chorusrun exits 0 when\n"
+            "every other rank does), a rank that exits non-zero sets the exit status.\n"
+            "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the ranks; a second one\n"
+            "kills them at once. All ranks are local, so CHORUS_SOCKET_IFNAME defaults to\n"
+            "lo. When a collective times out, chorusrun prints a hang summary from the\n"
+            "ranks' reports (CHORUS_HANG_REPORT) naming the ranks that never arrived (not\n"
+            "with -q).\n",
             MAX_RANKS, EXIT_TIMEOUT, DEFAULT_GRACE_S);
 }
 
@@ -184,6 +192,7 @@ static int parse_options(int argc, char **argv, options_t *opt)
         {"version", no_argument, NULL, 'V'},
         {"hang-report", no_argument, NULL, 'H'},
         {"torch-env", no_argument, NULL, 'T'},
+        {"on-failure", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
     char *end;
@@ -208,6 +217,13 @@ static int parse_options(int argc, char **argv, options_t *opt)
             break;
         case 'q': opt->prefix = 0; break;
         case 'T': opt->torch_env = 1; break;
+        case 'F':
+            if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "continue") != 0) {
+                say("--on-failure expects stop or continue, got '%s'", optarg);
+                return -1;
+            }
+            opt->keep_going = strcmp(optarg, "continue") == 0;
+            break;
         case 'H':
             opt->hang_signal = 1;
             if (setenv("CHORUS_HANG_REPORT", "2", 1) != 0) return -1;
@@ -498,10 +514,17 @@ static void reap(run_t *run)
         drain_rank(&run->ranks[r]);
         if (run->stopping || (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) continue;
         if (WIFSIGNALED(wstatus))
-            say("rank %d killed by signal %d (%s)", r, WTERMSIG(wstatus),
-                strsignal(WTERMSIG(wstatus)));
+            say("rank %d killed by signal %d (%s)%s", r, WTERMSIG(wstatus),
+                strsignal(WTERMSIG(wstatus)),
+                run->opt.keep_going ? "; the others go on (--on-failure continue)" : "");
         else
             say("rank %d exited with status %d", r, WEXITSTATUS(wstatus));
+        /* A lost rank is what an elastic job survives; one that gives up is a failure. */
+        if (run->opt.keep_going) {
+            if (!WIFSIGNALED(wstatus) && run->exit_code < 0)
+                run->exit_code = status_exit_code(wstatus);
+            continue;
+        }
         run->exit_code = status_exit_code(wstatus);
         /* A timeout: the others' reports are on their way (hang.h). */
         if (hang_seen_timeout()) {
