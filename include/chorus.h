@@ -210,7 +210,10 @@ chorus_status_t chorus_comm_revoke(chorus_comm_t comm);
  * rank that is alive but that another survivor believes dead is left out and told so
  * (CHORUS_ERR_REMOTE, *newcomm_p untouched). The whole call honours comm's timeout
  * (chorus_comm_set_timeout): a rank that is alive but never calls it holds the others until
- * then (CHORUS_ERR_TIMEOUT naming it). flags must be 0. comm must still be destroyed. */
+ * then (CHORUS_ERR_TIMEOUT naming it). A rank that finds every other rank gone gets
+ * CHORUS_ERR_REMOTE rather than a comm of one: it cannot tell that from having been left out.
+ * Results of the call that failed are undefined on every rank: it may have completed on
+ * some. flags must be 0. comm must still be destroyed. */
 chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_comm_t *newcomm_p);
 
 /* The ranks of comm that the survivors agreed were lost, in increasing order: up to max of

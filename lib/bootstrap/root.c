@@ -151,6 +151,10 @@ static void *root_main(void *arg)
     acc = NULL;
     close(root->listen_fd);
     root->listen_fd = -1;
+    /* This detached thread is done with libcrypto (the nonces of the handshakes): its
+     * per-thread state goes now, before the table lets the ranks go on (a process that
+     * exits while the thread is still ending would otherwise leave it behind). */
+    OPENSSL_thread_stop();
     table_len = 8 + (size_t)CHORUS_BS_ADDR_BYTES * root->tab.nranks;
     for (r = 0; r < root->tab.nranks; r++) {
         if (chorus__sock_send_all(root->tab.fds[r], root->tab.table, table_len,
@@ -163,6 +167,7 @@ static void *root_main(void *arg)
 out:
     chorus__acceptor_destroy(acc);
     root_free(root);
+    OPENSSL_thread_stop();
     return NULL;
 }
 

@@ -751,7 +751,20 @@ chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_co
     CHORUS_CHECK_GOTO(sk_acceptor_start(&s), out);
     CHORUS_CHECK_GOTO(sk_start_epoch(&s, 0), out);
     for (;;) {
+        int left = 0;
         CHORUS_CHECK_GOTO(sk_agree(&s), out);
+        for (int p = 0; p < s.n; p++) left += !chorus__agree_dead(s.ag)[p];
+        /* Alone out of several: every other rank refused us, which is also what a rank sees
+         * when the others shrank without it and destroyed the old comm (it was believed
+         * dead). Going on alone could be half of a split job: refused. */
+        if (left == 1 && s.n > 1) {
+            status = chorus__error(CHORUS_ERR_REMOTE,
+                                   "rank %d: comm_shrink: no other rank of %d answered: they "
+                                   "died, or they shrank without this rank; it does not go on "
+                                   "alone (a job of one can chorus_comm_init a comm of its own)",
+                                   s.me, s.n);
+            goto out;
+        }
         status = sk_form(&s, &newcomm);
         if (status == CHORUS_SUCCESS) break;
         if (chorus__deadline_passed(s.deadline_ns)) {

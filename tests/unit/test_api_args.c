@@ -591,6 +591,51 @@ static void test_split(void **state)
     assert_memory_equal(v, w, sizeof v);
 }
 
+/* Recovery calls: their arguments, and a shrink of a one-rank comm (the whole protocol with
+ * nobody else: it decides alone and forms a new comm). tests/fault/test_fault_shrink.sh and
+ * tests/unit/test_agree.c cover the deaths. */
+static void test_revoke_shrink(void **state)
+{
+    chorus_comm_t c, small = (chorus_comm_t)&small;
+    int lost[4] = {-1, -1, -1, -1}, n = -1, r = -1;
+    int32_t v[2] = {3, 4}, w[2] = {0};
+    (void)state;
+
+    EXPECT_ERR(chorus_comm_revoke(NULL), CHORUS_ERR_INVALID_ARGUMENT, "comm is NULL");
+    EXPECT_ERR(chorus_comm_shrink(NULL, 0, &small), CHORUS_ERR_INVALID_ARGUMENT, "comm is NULL");
+    EXPECT_ERR(chorus_comm_failed_ranks(NULL, lost, 4, &n), CHORUS_ERR_INVALID_ARGUMENT,
+               "comm is NULL");
+    assert_int_equal(new_comm(&c), CHORUS_SUCCESS);
+    EXPECT_ERR(chorus_comm_shrink(c, 0, NULL), CHORUS_ERR_INVALID_ARGUMENT, "newcomm_p");
+    EXPECT_ERR(chorus_comm_shrink(c, 1, &small), CHORUS_ERR_INVALID_ARGUMENT, "flags 0x1");
+    EXPECT_ERR(chorus_comm_failed_ranks(c, NULL, 4, &n), CHORUS_ERR_INVALID_ARGUMENT, "max 4");
+    EXPECT_ERR(chorus_comm_failed_ranks(c, lost, 4, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "count_p");
+    EXPECT_ERR(chorus_comm_failed_ranks(c, lost, -1, &n), CHORUS_ERR_INVALID_ARGUMENT, "max -1");
+    assert_ptr_equal(small, (chorus_comm_t)&small);
+    EXPECT_OK(chorus_comm_failed_ranks(c, lost, 4, &n));
+    assert_int_equal(n, 0);
+
+    /* Revoked: every later call fails at once, and says why. */
+    EXPECT_OK(chorus_comm_revoke(c));
+    EXPECT_ERR(chorus_allreduce(v, w, 2, CHORUS_INT32, CHORUS_SUM, c, NULL), CHORUS_ERR_ABORTED,
+               "revoked");
+    EXPECT_OK(chorus_comm_shrink(c, 0, &small));
+    assert_non_null(small);
+    assert_ptr_not_equal(small, c);
+    EXPECT_OK(chorus_comm_failed_ranks(c, NULL, 0, &n));
+    assert_int_equal(n, 0);
+    EXPECT_ERR(chorus_comm_shrink(c, 0, &small), CHORUS_ERR_INVALID_ARGUMENT, "shrunk already");
+    EXPECT_OK(chorus_comm_destroy(c));
+    EXPECT_OK(chorus_comm_rank(small, &r));
+    EXPECT_OK(chorus_comm_size(small, &n));
+    assert_int_equal(r, 0);
+    assert_int_equal(n, 1);
+    EXPECT_OK(chorus_allreduce(v, w, 2, CHORUS_INT32, CHORUS_SUM, small, NULL));
+    assert_memory_equal(v, w, sizeof v);
+    EXPECT_OK(chorus_comm_destroy(small));
+}
+
 static void test_abort_then_destroy(void **state)
 {
     chorus_comm_t c;
@@ -789,6 +834,7 @@ int main(void)
         cmocka_unit_test(test_self_sendrecv_order),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_abort_then_destroy),
+        cmocka_unit_test(test_revoke_shrink),
         cmocka_unit_test(test_algorithm_name_bad_args),
         cmocka_unit_test(test_algorithm_name_choices),
     };
