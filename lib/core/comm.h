@@ -55,6 +55,7 @@ struct chorus_comm {
     chorus_algo_t forced_algo; /* CHORUS_ALGO, read once at creation (AUTO: none) */
     uint64_t chunk_bytes;      /* CHORUS_CHUNK_SIZE, read once at creation */
     int chunk_forced;          /* CHORUS_CHUNK_SIZE was set: the tuner does not choose it */
+    int check_calls;           /* CHORUS_CHECK_CALLS: schedules exchange call signatures */
     chorus_bootstrap_t *bs;
 
     /* Topology: host index of every rank (numbered by first appearance), and this host's

@@ -31,7 +31,7 @@
 enum { DIR_SEND = 0, DIR_RECV = 1 };
 
 /* Per peer of a signed execution. */
-enum { SIG_SEND_OPEN = 1, SIG_RECV_OPEN = 2, SIG_OK = 4 };
+enum { SIG_SEND_OPEN = 1, SIG_RECV_OPEN = 2, SIG_OK = 4, SIG_SEND_LATER = 8 };
 
 _Static_assert(sizeof(chorus_exec_sig_t) == 48, "the signature is 48 bytes without padding");
 
@@ -215,8 +215,10 @@ static chorus_status_t sig_post_one(chorus_exec_t *x, int p, int dir)
     chorus_status_t status;
 
     memset(req, 0, sizeof(*req));
+    /* Queued: it leaves with the first data to p in one write (tcp), so that a small call
+     * costs no extra wake-up of the peer. */
     if (dir == DIR_SEND)
-        status = t->ops->isend(t->tp, p, &x->sig, sizeof x->sig, req);
+        status = chorus__tp_isend_queued(t->ops, t->tp, p, &x->sig, sizeof x->sig, req);
     else
         status = t->ops->irecv(t->tp, p, &x->sig_rx[p], sizeof x->sig_rx[p], req);
     if (status != CHORUS_SUCCESS) {
@@ -230,12 +232,18 @@ static chorus_status_t sig_post_one(chorus_exec_t *x, int p, int dir)
 }
 
 /* Sends our signature to, and posts the receive of theirs from, every peer; before any
- * data, so each is the first message of its channel in this execution. */
+ * data, so each is the first message of its channel in this execution. To a peer that the
+ * schedule sends data to, the signature goes just before the first data (post_queue), so
+ * that the two leave in one write (isend_queued) even when local steps come first. */
 static chorus_status_t sig_post(chorus_exec_t *x)
 {
     for (int k = 0; k < x->nsig_peers; k++) {
         const int p = x->sig_peers[k];
-        chorus_status_t status = sig_post_one(x, p, DIR_SEND);
+        chorus_status_t status = CHORUS_SUCCESS;
+        if (x->peer_begin[2 * p + DIR_SEND + 1] > x->peer_begin[2 * p + DIR_SEND])
+            x->sig_state[p] |= SIG_SEND_LATER;
+        else
+            status = sig_post_one(x, p, DIR_SEND);
         if (status != CHORUS_SUCCESS) return status;
         status = sig_post_one(x, p, DIR_RECV);
         if (status != CHORUS_SUCCESS) return status;
@@ -399,6 +407,11 @@ static chorus_status_t post_queue(chorus_exec_t *x, int peer, int dir)
         chorus_status_t status;
 
         memset(req, 0, sizeof(*req));
+        if (dir == DIR_SEND && x->sig_on && (x->sig_state[peer] & SIG_SEND_LATER)) {
+            x->sig_state[peer] &= (uint8_t)~SIG_SEND_LATER;
+            status = sig_post_one(x, peer, DIR_SEND);
+            if (status != CHORUS_SUCCESS) return status;
+        }
         if (dir == DIR_SEND) {
             status = p->ops->isend(p->tp, peer, bytes ? ref_ptr(x, st->src) : NULL, bytes, req);
         } else {

@@ -59,6 +59,7 @@ void chorus__select_init(chorus_comm_t comm)
     comm->chunk_forced = chorus__config_is_set("CHORUS_CHUNK_SIZE");
     comm->chunk_bytes = chorus__config_size("CHORUS_CHUNK_SIZE", SELECT_DEFAULT_CHUNK_BYTES);
     if (comm->chunk_bytes == 0) comm->chunk_bytes = SELECT_DEFAULT_CHUNK_BYTES;
+    comm->check_calls = chorus__config_int("CHORUS_CHECK_CALLS", 1) != 0;
 }
 
 /* floor(log2(bytes)), 0 for 0: the size class of the once-per-class log line. */

@@ -198,6 +198,13 @@ typedef struct chorus_tp_ops {
      * connections take no more. NULL: peers learn when the instance closes. Appended last:
      * use chorus__tp_leave. */
     void (*leave)(chorus_tp_t *tp, chorus_status_t status);
+
+    /* Like isend, but the message may stay queued until the next isend to the same peer or
+     * the next progress(): a small message (a call signature) and the data posted after it
+     * then leave in one write, and the peer wakes once for both. NULL: isend. Appended
+     * last: use chorus__tp_isend_queued. */
+    chorus_status_t (*isend_queued)(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
+                                    chorus_tp_req_t *req);
 } chorus_tp_ops_t;
 
 /* The capabilities of instance tp of ops. */
@@ -215,6 +222,17 @@ static inline void chorus__tp_leave(const chorus_tp_ops_t *ops, chorus_tp_t *tp,
 {
     if (ops->size >= offsetof(chorus_tp_ops_t, leave) + sizeof ops->leave && ops->leave != NULL)
         ops->leave(tp, status);
+}
+
+/* Calls ops->isend_queued where the table has it, else ops->isend. */
+static inline chorus_status_t chorus__tp_isend_queued(const chorus_tp_ops_t *ops, chorus_tp_t *tp,
+                                                      int peer, const void *buf, size_t bytes,
+                                                      chorus_tp_req_t *req)
+{
+    if (ops->size >= offsetof(chorus_tp_ops_t, isend_queued) + sizeof ops->isend_queued &&
+        ops->isend_queued != NULL)
+        return ops->isend_queued(tp, peer, buf, bytes, req);
+    return ops->isend(tp, peer, buf, bytes, req);
 }
 
 /* The transports built into this library. */

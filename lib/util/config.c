@@ -41,6 +41,9 @@ static const chorus_config_entry_t config_table[] = {
     {"CHORUS_TRANSPORT", CHORUS_CFG_STRING, "auto",
      "force a transport for all peers: auto (shm same host, tcp otherwise), shm or tcp"},
     {"CHORUS_CHUNK_SIZE", CHORUS_CFG_SIZE, "512K", "pipeline chunk size of the algorithms"},
+    {"CHORUS_CHECK_CALLS", CHORUS_CFG_INT, "1",
+     "1: schedules exchange call signatures, so that different calls on two ranks are "
+     "reported as a mismatch; 0: not (to measure what the check costs)"},
     {"CHORUS_SHM_RING_SIZE", CHORUS_CFG_SIZE, "4M", "bytes of each shared-memory inbound ring"},
     {"CHORUS_TCP_BUF", CHORUS_CFG_SIZE, "4M", "TCP socket send and receive buffer size"},
     /* Waiting. */

@@ -80,6 +80,7 @@ typedef struct {
     chorus_tp_req_t *sq_head, *sq_tail; /* sends, in posting order */
     chorus_tp_req_t *rq_head, *rq_tail; /* receives, in posting order */
     int bye;                            /* it said goodbye: its end of stream is no failure */
+    int held;                           /* isend_queued left the send queue unwritten */
     char why[320];                      /* the failure, repeated to requests posted later */
 } tcp_peer_t;
 
@@ -132,6 +133,8 @@ void tcp_leave(struct chorus_tp *tp, chorus_status_t status);
 /* The data path (tcp_progress.c). */
 chorus_status_t tcp_isend(struct chorus_tp *tp, int peer, const void *buf, size_t bytes,
                           chorus_tp_req_t *req);
+chorus_status_t tcp_isend_queued(struct chorus_tp *tp, int peer, const void *buf, size_t bytes,
+                                 chorus_tp_req_t *req);
 chorus_status_t tcp_irecv(struct chorus_tp *tp, int peer, void *buf, size_t bytes,
                           chorus_tp_req_t *req);
 chorus_status_t tcp_progress(struct chorus_tp *tp);

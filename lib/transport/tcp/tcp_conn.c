@@ -430,4 +430,5 @@ const chorus_tp_ops_t chorus__tp_tcp_ops = {
     .fini = tcp_fini,
     .instance_caps = NULL,
     .leave = tcp_leave,
+    .isend_queued = tcp_isend_queued,
 };

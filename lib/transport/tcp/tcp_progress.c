@@ -27,6 +27,7 @@
 
 #define TCP_SLICE ((size_t)1 << 30) /* at most this many bytes per system call */
 #define TCP_IOV_MAX 64              /* iovec entries per sendmsg: batches small sends */
+#define TCP_PAIR_MAX 256            /* a head receive this small is read with the next one */
 
 static const char *others_dead(chorus_tp_t *tp, int peer, char *buf, size_t size);
 
@@ -263,13 +264,76 @@ static chorus_status_t check_header(chorus_tp_t *tp, int peer, chorus_tp_req_t *
     }
 }
 
+/* Credits n bytes read to the receive req (from its offset on); returns the bytes it took.
+ * Checks the header once complete: nonzero *bad when it failed the peer. */
+static size_t credit_recv(chorus_tp_t *tp, int peer, chorus_tp_req_t *req, size_t n, int *bad)
+{
+    size_t want = TCP_HDR_BYTES + req->bytes - req->offset, take = n < want ? n : want;
+    size_t before = req->offset;
+
+    req->offset += take;
+    if (before < TCP_HDR_BYTES && req->offset >= TCP_HDR_BYTES &&
+        check_header(tp, peer, req) != CHORUS_SUCCESS)
+        *bad = 1;
+    return take;
+}
+
+/* Reads a small head receive and the receive after it in one readv: a call signature and
+ * the first data behind it, which arrive together (isend_queued), cost one system call.
+ * Returns 1 when it did (the queue moved on), 0 to take the one-at-a-time path. */
+static int recv_pair(chorus_tp_t *tp, int peer)
+{
+    tcp_peer_t *pp = &tp->peers[peer];
+    chorus_tp_req_t *a = pp->rq_head, *b = a->next;
+    struct iovec iov[4];
+    int bad = 0;
+
+    if (a->offset != 0 || b == NULL || a->bytes > TCP_PAIR_MAX || b->bytes > TCP_SLICE) return 0;
+    iov[0] = (struct iovec){a->priv, TCP_HDR_BYTES};
+    iov[1] = (struct iovec){a->buf, a->bytes};
+    iov[2] = (struct iovec){b->priv, TCP_HDR_BYTES};
+    iov[3] = (struct iovec){b->buf, b->bytes};
+    ssize_t n = readv(pp->fd, iov, 4);
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
+        return 0; /* end of stream or an error: the plain path reports it */
+    }
+    /* A header that does not match fails the peer: what was read past it is then garbage
+     * in a receive that fails with it. */
+    size_t used = credit_recv(tp, peer, a, (size_t)n, &bad);
+    if (bad) return 1;
+    if (a->offset < TCP_HDR_BYTES + a->bytes) return 1;
+    pp->rq_head = b;
+    a->next = NULL;
+    complete(a, CHORUS_SUCCESS);
+    if ((size_t)n > used) {
+        credit_recv(tp, peer, b, (size_t)n - used, &bad);
+        if (bad) return 1;
+        if (b->offset == TCP_HDR_BYTES + b->bytes) {
+            pp->rq_head = b->next;
+            if (pp->rq_head == NULL) pp->rq_tail = NULL;
+            b->next = NULL;
+            complete(b, CHORUS_SUCCESS);
+        }
+    }
+    return 1;
+}
+
 /* Reads into the posted receives of one peer, in order. The header and the payload of the
  * head receive are read in one readv; a header that does not match is caught before
- * anything beyond the posted size could be read. */
+ * anything beyond the posted size could be read (recv_pair excepted, see there). */
 static void recv_peer(chorus_tp_t *tp, int peer)
 {
     tcp_peer_t *pp = &tp->peers[peer];
     while (pp->rq_head != NULL) {
+        if (pp->rq_head->next != NULL && pp->rq_head->offset == 0 &&
+            pp->rq_head->bytes <= TCP_PAIR_MAX) {
+            chorus_tp_req_t *head = pp->rq_head;
+            if (recv_pair(tp, peer)) {
+                if (pp->rq_head == head || pp->error != CHORUS_SUCCESS) return;
+                continue;
+            }
+        }
         chorus_tp_req_t *req = pp->rq_head;
         struct iovec iov[2];
         size_t total = 0;
@@ -358,11 +422,34 @@ chorus_status_t tcp_isend(chorus_tp_t *tp, int peer, const void *buf, size_t byt
     if (pp->sq_tail != NULL) {
         pp->sq_tail->next = req;
         pp->sq_tail = req;
+        /* What isend_queued held back leaves now, with this message, in one write. */
+        if (pp->held) {
+            pp->held = 0;
+            send_peer(tp, peer);
+        }
     } else {
         /* An idle connection: start writing now, which saves a round of progress(). */
         pp->sq_head = pp->sq_tail = req;
         send_peer(tp, peer);
     }
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t tcp_isend_queued(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
+                                 chorus_tp_req_t *req)
+{
+    chorus_status_t status = post_check(tp, peer, buf, bytes, req, "isend");
+    if (status != CHORUS_SUCCESS) return status;
+    tcp_peer_t *pp = &tp->peers[peer];
+    if (pp->error != CHORUS_SUCCESS) {
+        complete(req, pp->error);
+        chorus__error(pp->error, "%s (%s after the failure)", pp->why, "isend");
+        return CHORUS_SUCCESS;
+    }
+    req->kind = TCP_REQ_SEND;
+    encode_header((uint8_t *)req->priv, bytes);
+    chorus__tp_queue_push(&pp->sq_head, &pp->sq_tail, req);
+    pp->held = 1; /* written by the next isend to peer, or by progress() */
     return CHORUS_SUCCESS;
 }
 
@@ -394,6 +481,7 @@ chorus_status_t tcp_progress(chorus_tp_t *tp)
     int pending = 0;
     for (int p = 0; p < tp->nranks; p++) {
         tcp_peer_t *pp = &tp->peers[p];
+        pp->held = 0;
         if (pp->fd >= 0 && pp->sq_head != NULL) send_peer(tp, p);
         if (pp->fd >= 0 && pp->rq_head != NULL) recv_peer(tp, p);
         pending |= pp->sq_head != NULL || pp->rq_head != NULL;
