@@ -589,6 +589,7 @@ static void core_comm_free(chorus_comm_t comm)
     free(comm->local_ranks);
     free(comm->ring_order);
     free(comm->lost);
+    free(comm->p2p_sigs);
     free(comm);
 }
 

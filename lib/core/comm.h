@@ -115,6 +115,8 @@ struct chorus_comm {
     /* Recovery (shrink.c): nranks bytes, nonzero for the ranks a chorus_comm_shrink agreed
      * were lost; NULL before one. */
     uint8_t *lost;
+    /* Point-to-point call signatures, one per rank (p2p.c), allocated at the first. */
+    chorus_exec_sig_t *p2p_sigs;
 };
 
 /* A handle that stops a communicator's creation from another thread (shrink.c watches the

@@ -81,7 +81,23 @@ void chorus__exec_sign(chorus_exec_t *x, const chorus_exec_sig_t *sig)
 {
     x->sig_next = *sig;
     x->sig_next.magic = CHORUS_EXEC_SIG_MAGIC;
+    x->sig_peer_next = NULL;
     x->sig_armed = 1;
+}
+
+void chorus__exec_sign_p2p(chorus_exec_t *x, const chorus_exec_sig_t *sigs)
+{
+    memset(&x->sig_next, 0, sizeof x->sig_next);
+    x->sig_next.magic = CHORUS_EXEC_SIG_MAGIC;
+    x->sig_next.coll = CHORUS_EXEC_SIG_P2P;
+    x->sig_peer_next = sigs;
+    x->sig_armed = 1;
+}
+
+/* Our signature for peer p. */
+static const chorus_exec_sig_t *sig_ours(const chorus_exec_t *x, int p)
+{
+    return x->sig_peer != NULL ? &x->sig_peer[p] : &x->sig;
 }
 
 /* Lists the peers the schedule exchanges data with (either direction, so that a rank that
@@ -124,6 +140,32 @@ static void sig_append(char *buf, size_t cap, size_t *len_p, const char *fmt, ..
     if (n > 0) *len_p = *len_p + (size_t)n < cap ? *len_p + (size_t)n : cap - 1;
 }
 
+/* One side of a point-to-point signature, as "send #4 (1000 x float32) and recv (999 x
+ * int32)", for the first operation of each direction and how many there are. */
+static void sig_describe_p2p(const chorus_exec_sig_t *s, char *buf, size_t cap)
+{
+    size_t len = 0;
+    const char *and = "";
+
+    if (s->root > 0) {
+        const char *dt = chorus_dtype_name((chorus_dtype_t)s->dtype);
+        sig_append(buf, cap, &len, "send #%llu (%llu x %s%s)", (unsigned long long)s->opnum,
+                   (unsigned long long)s->count, dt != NULL ? dt : "?",
+                   s->root > 1 ? ", then more" : "");
+        and = " and ";
+    }
+    if (s->nranks > 0) {
+        const char *dt = chorus_dtype_name((chorus_dtype_t)s->op);
+        if (and[0] == '\0')
+            sig_append(buf, cap, &len, "recv #%llu ", (unsigned long long)s->opnum);
+        else
+            sig_append(buf, cap, &len, "%srecv ", and);
+        sig_append(buf, cap, &len, "(%llu x %s%s)", (unsigned long long)s->chunk_count,
+                   dt != NULL ? dt : "?", s->nranks > 1 ? ", then more" : "");
+    }
+    if (s->root <= 0 && s->nranks <= 0) sig_append(buf, cap, &len, "nothing");
+}
+
 /* "allreduce #17 (count 1000, float32, sum)": what s says. The fields that only shape the
  * schedule (algorithm, chunk, ranks) are shown when they differ from o's in calls of the
  * same collective, since they are noise otherwise. */
@@ -137,6 +179,10 @@ static void sig_describe(const chorus_exec_sig_t *s, const chorus_exec_sig_t *o,
     const char *sep = " (";
     size_t len = 0;
 
+    if (s->coll == CHORUS_EXEC_SIG_P2P) {
+        sig_describe_p2p(s, buf, cap);
+        return;
+    }
     sig_append(buf, cap, &len, "%s #%llu", chorus__coll_name((chorus_coll_t)s->coll),
                (unsigned long long)s->opnum);
     if (s->coll != CHORUS_COLL_BARRIER) {
@@ -169,11 +215,17 @@ static void sig_describe(const chorus_exec_sig_t *s, const chorus_exec_sig_t *o,
     if (sep[0] == ',') sig_append(buf, cap, &len, ")");
 }
 
-/* Nonzero when peer p's signature differs from ours in anything but opnum. */
+/* Nonzero when peer p's signature differs from ours in anything but opnum (for
+ * point-to-point: when its sends are not our receives, or its receives not our sends). */
 static int sig_differs(const chorus_exec_t *x, int p)
 {
-    const chorus_exec_sig_t *a = &x->sig, *b = &x->sig_rx[p];
+    const chorus_exec_sig_t *a = sig_ours(x, p), *b = &x->sig_rx[p];
 
+    if (a->coll == CHORUS_EXEC_SIG_P2P || b->coll == CHORUS_EXEC_SIG_P2P)
+        return a->magic != b->magic || a->coll != b->coll || a->root != b->nranks ||
+               a->nranks != b->root || a->dtype != b->op || a->op != b->dtype ||
+               a->count != b->chunk_count || a->chunk_count != b->count ||
+               (a->seq >> 32) != (b->seq & 0xffffffffu) || (a->seq & 0xffffffffu) != (b->seq >> 32);
     return a->magic != b->magic || a->coll != b->coll || a->dtype != b->dtype ||
            a->op != b->op || a->algo != b->algo || a->root != b->root ||
            a->nranks != b->nranks || a->count != b->count || a->chunk_count != b->chunk_count ||
@@ -183,7 +235,7 @@ static int sig_differs(const chorus_exec_t *x, int p)
 /* Fails x with CHORUS_ERR_MISMATCH naming both signatures. */
 static chorus_status_t sig_report(chorus_exec_t *x, int p)
 {
-    const chorus_exec_sig_t *ours = &x->sig, *theirs = &x->sig_rx[p];
+    const chorus_exec_sig_t *ours = sig_ours(x, p), *theirs = &x->sig_rx[p];
     char a[160], b[160];
 
     if (theirs->magic != CHORUS_EXEC_SIG_MAGIC) {
@@ -195,7 +247,10 @@ static chorus_status_t sig_report(chorus_exec_t *x, int p)
     }
     sig_describe(ours, theirs, a, sizeof a);
     sig_describe(theirs, ours, b, sizeof b);
-    if (ours->seq != theirs->seq) {
+    if (ours->coll == CHORUS_EXEC_SIG_P2P || theirs->coll == CHORUS_EXEC_SIG_P2P) {
+        x->status = chorus__error(CHORUS_ERR_MISMATCH, "%s with rank %d, but rank %d called %s",
+                                  a, p, p, b);
+    } else if (ours->seq != theirs->seq) {
         x->status = chorus__error(CHORUS_ERR_MISMATCH,
                                   "%s but rank %d called %s as its collective call %llu, this "
                                   "rank's call %llu (a rank skipped or added a call)",
@@ -218,7 +273,7 @@ static chorus_status_t sig_post_one(chorus_exec_t *x, int p, int dir)
     /* Queued: it leaves with the first data to p in one write (tcp), so that a small call
      * costs no extra wake-up of the peer. */
     if (dir == DIR_SEND)
-        status = chorus__tp_isend_queued(t->ops, t->tp, p, &x->sig, sizeof x->sig, req);
+        status = chorus__tp_isend_queued(t->ops, t->tp, p, sig_ours(x, p), sizeof x->sig, req);
     else
         status = t->ops->irecv(t->tp, p, &x->sig_rx[p], sizeof x->sig_rx[p], req);
     if (status != CHORUS_SUCCESS) {
@@ -321,6 +376,7 @@ chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched
     /* An armed signature belongs to this execution only, even if it fails to start. */
     x->sig_on = x->sig_armed;
     x->sig_armed = 0;
+    x->sig_peer = x->sig_on ? x->sig_peer_next : NULL;
     if (x->sig_on) x->sig = x->sig_next;
     x->nsig_peers = 0;
     x->sig_open = 0;

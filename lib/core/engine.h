@@ -44,6 +44,15 @@ typedef struct {
 
 #define CHORUS_EXEC_SIG_MAGIC 0x31475343u /* "CSG1" */
 
+/* The coll of a point-to-point execution's signatures (chorus__exec_sign_p2p). There is one
+ * per peer: dtype and count describe the first send to that peer, op (a dtype) and
+ * chunk_count the first receive from it, root and nranks count the sends and receives, and
+ * seq holds a 32-bit hash of every send's (dtype, count) above one of every receive's. A
+ * peer's signature matches ours when its sends are our receives and its receives our
+ * sends. */
+#define CHORUS_EXEC_SIG_P2P 0xfe
+#define CHORUS_EXEC_SIG_NONE 0xff /* dtype / op of a signature with no send / receive */
+
 /* Reusable state of one execution; keep it (e.g. in the communicator) so that its
  * arrays are allocated once and grown, not allocated per call. Zero-initialise it. */
 typedef struct chorus_exec {
@@ -81,6 +90,8 @@ typedef struct chorus_exec {
                                   * as its communicator, so the counter lives here) */
     chorus_exec_sig_t sig_next;  /* armed for the next chorus__exec_start */
     int sig_armed;
+    const chorus_exec_sig_t *sig_peer_next; /* chorus__exec_sign_p2p: one per rank */
+    const chorus_exec_sig_t *sig_peer;      /* of this execution, or NULL (one for all) */
     int sig_on;                  /* this execution exchanges signatures */
     chorus_exec_sig_t sig;       /* ours, the source of every signature send */
     chorus_exec_sig_t *sig_rx;   /* per rank: the peer's signature */
@@ -105,6 +116,11 @@ chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched
  * execution is done only when every peer's signature arrived and matched. Both sides of a
  * pair must sign (or not). */
 void chorus__exec_sign(chorus_exec_t *x, const chorus_exec_sig_t *sig);
+
+/* The same for a point-to-point execution: sigs holds one signature per rank (see
+ * CHORUS_EXEC_SIG_P2P), of which those of the schedule's peers are sent; the caller keeps
+ * the array until the execution ends. */
+void chorus__exec_sign_p2p(chorus_exec_t *x, const chorus_exec_sig_t *sigs);
 
 /* Advances the execution without blocking. *done_p becomes 1 when every step is done.
  * *progressed_p (may be NULL) says whether anything moved, for the caller's backoff.

@@ -42,6 +42,7 @@ typedef struct {
     int peer;
     uintptr_t addr;
     size_t bytes;
+    int dtype; /* chorus_dtype_t as called: the call signature (bytes / its size = count) */
 } chorus_p2p_op_t;
 
 /* Queues n >= 1 validated sends and receives on device memory of one device, ordered on one

@@ -114,6 +114,61 @@ static chorus_status_t p2p_add_self_copies(chorus_comm_t comm, chorus_sched_t *s
     }
 }
 
+static uint32_t p2p_hash(uint32_t h, int dtype, uint64_t count)
+{
+    /* FNV-1a over the dtype byte and the count's 8 bytes. */
+    h = (h ^ (uint32_t)(dtype & 0xff)) * 16777619u;
+    for (int i = 0; i < 8; i++) h = (h ^ (uint32_t)((count >> (8 * i)) & 0xff)) * 16777619u;
+    return h;
+}
+
+/* Arms the engine's check of the ops against the peers' (CHORUS_EXEC_SIG_P2P): for every
+ * peer, what this rank sends it and receives from it, in call order. */
+static chorus_status_t p2p_sign(chorus_comm_t comm, const p2p_op_t *ops, size_t n)
+{
+    chorus_exec_sig_t *sigs = comm->p2p_sigs;
+
+    if (sigs == NULL) {
+        sigs = calloc((size_t)comm->nranks, sizeof *sigs);
+        if (sigs == NULL)
+            return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: p2p: signatures of %d ranks",
+                                 comm->rank, comm->nranks);
+        comm->p2p_sigs = sigs;
+    }
+    for (size_t i = 0; i < n; i++) {
+        chorus_exec_sig_t *s = &sigs[ops[i].peer];
+        memset(s, 0, sizeof *s);
+        s->coll = CHORUS_EXEC_SIG_P2P;
+        s->dtype = s->op = CHORUS_EXEC_SIG_NONE;
+        s->opnum = comm->seq;
+        s->seq = (uint64_t)2166136261u << 32 | 2166136261u;
+    }
+    for (size_t i = 0; i < n; i++) {
+        chorus_exec_sig_t *s = &sigs[ops[i].peer];
+        size_t esize = chorus_dtype_size((chorus_dtype_t)ops[i].dtype);
+        uint64_t count = esize ? ops[i].bytes / esize : ops[i].bytes;
+        uint32_t hi = (uint32_t)(s->seq >> 32), lo = (uint32_t)s->seq;
+
+        s->magic = CHORUS_EXEC_SIG_MAGIC;
+        if (ops[i].is_send) {
+            if (s->root++ == 0) {
+                s->dtype = (uint8_t)ops[i].dtype;
+                s->count = count;
+            }
+            hi = p2p_hash(hi, ops[i].dtype, count);
+        } else {
+            if (s->nranks++ == 0) {
+                s->op = (uint8_t)ops[i].dtype;
+                s->chunk_count = count;
+            }
+            lo = p2p_hash(lo, ops[i].dtype, count);
+        }
+        s->seq = (uint64_t)hi << 32 | lo;
+    }
+    chorus__exec_sign_p2p(&comm->exec, sigs);
+    return CHORUS_SUCCESS;
+}
+
 /* Runs ops (call order) as one schedule. */
 static chorus_status_t p2p_run(chorus_comm_t comm, const p2p_op_t *ops, size_t n,
                                const char *name, const char *what_in)
@@ -148,6 +203,7 @@ static chorus_status_t p2p_run(chorus_comm_t comm, const p2p_op_t *ops, size_t n
     bufs[CHORUS_BUF_SCRATCH] = NULL;
     if (what_in != NULL) snprintf(what, sizeof what, "%s", what_in);
     else chorus__comm_what(comm, name, what, sizeof what);
+    if (comm->check_calls) CHORUS_CHECK_GOTO(p2p_sign(comm, ops, n), err_sched);
     status = chorus__comm_exec(comm, &s, bufs, CHORUS_UINT8, CHORUS_SUM, what);
     chorus__sched_fini(&s);
     return status;
@@ -247,6 +303,7 @@ static chorus_status_t p2p_entry(int is_send, const void *buf, size_t count,
     op.peer = peer;
     op.addr = (uintptr_t)buf;
     op.bytes = count * chorus_dtype_size(dtype);
+    op.dtype = (int)dtype;
     /* Zero-byte operations are skipped on both sides, like any count-0 call. */
     if (op.bytes == 0) return CHORUS_SUCCESS;
 
@@ -311,6 +368,7 @@ static chorus_status_t ip2p_entry(int is_send, const void *buf, size_t count,
     op.peer = peer;
     op.addr = (uintptr_t)buf;
     op.bytes = count * chorus_dtype_size(dtype);
+    op.dtype = (int)dtype;
     if (op.bytes == 0) return chorus__async_done_request(comm, req_p);
     return chorus__async_p2p(comm, &op, req_p);
 }

@@ -71,6 +71,8 @@ static const case_t cases[] = {
     {"alltoall-count", {K_ALLTOALL, 100, F32, SUM, 0}, {K_ALLTOALL, 101, F32, SUM, 0}},
     {"barrier-vs-broadcast", {K_BARRIER, 0, F32, SUM, 0}, {K_BROADCAST, 2, F32, SUM, 0}},
     {"send-recv-count", {K_SEND, 1000, F32, SUM, 0}, {K_RECV, 999, F32, SUM, 0}},
+    /* The same bytes in another type: only the signature tells them apart. */
+    {"send-recv-dtype", {K_SEND, 1000, CHORUS_INT32, SUM, 0}, {K_RECV, 1000, F32, SUM, 0}},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 

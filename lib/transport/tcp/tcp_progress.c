@@ -551,6 +551,13 @@ void tcp_leave(chorus_tp_t *tp, chorus_status_t status)
 
         /* A failed connection already told its peer what it could. */
         if (pp->fd < 0 || pp->error != CHORUS_SUCCESS) continue;
+        /* A signature held back (isend_queued) goes first: the peer can then name our
+         * call when it reports the mismatch. */
+        if (pp->held) {
+            pp->held = 0;
+            send_peer(tp, p);
+            if (pp->fd < 0 || pp->error != CHORUS_SUCCESS) continue;
+        }
         tcp_say_goodbye(tp, p);
         /* A FIN after the goodbye, and the socket kept until fini: closing it with unread
          * data from the peer would send a reset, which can make the peer lose the goodbye
