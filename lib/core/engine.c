@@ -30,6 +30,10 @@
 
 enum { DIR_SEND = 0, DIR_RECV = 1 };
 
+/* How long a wait idles before it looks at what peers outside the schedule sent (sig_peek),
+ * and how often after that: a mismatch that no schedule exchange can see shows within this. */
+#define EXEC_PEEK_NS (20 * 1000 * 1000ull)
+
 /* Per peer of a signed execution. */
 enum { SIG_SEND_OPEN = 1, SIG_RECV_OPEN = 2, SIG_OK = 4, SIG_SEND_LATER = 8 };
 
@@ -118,6 +122,7 @@ static chorus_status_t sig_setup(chorus_exec_t *x, int nranks)
         }
         x->cap_sig_ranks = nranks;
     }
+    x->sig_later = 0;
     for (int p = 0; p < nranks; p++) {
         x->sig_state[p] = 0;
         if (x->peer_begin[2 * p + 2] > x->peer_begin[2 * p]) x->sig_peers[x->nsig_peers++] = p;
@@ -295,9 +300,10 @@ static chorus_status_t sig_post(chorus_exec_t *x)
     for (int k = 0; k < x->nsig_peers; k++) {
         const int p = x->sig_peers[k];
         chorus_status_t status = CHORUS_SUCCESS;
-        if (x->peer_begin[2 * p + DIR_SEND + 1] > x->peer_begin[2 * p + DIR_SEND])
+        if (x->peer_begin[2 * p + DIR_SEND + 1] > x->peer_begin[2 * p + DIR_SEND]) {
             x->sig_state[p] |= SIG_SEND_LATER;
-        else
+            x->sig_later++;
+        } else
             status = sig_post_one(x, p, DIR_SEND);
         if (status != CHORUS_SUCCESS) return status;
         status = sig_post_one(x, p, DIR_RECV);
@@ -465,6 +471,7 @@ static chorus_status_t post_queue(chorus_exec_t *x, int peer, int dir)
         memset(req, 0, sizeof(*req));
         if (dir == DIR_SEND && x->sig_on && (x->sig_state[peer] & SIG_SEND_LATER)) {
             x->sig_state[peer] &= (uint8_t)~SIG_SEND_LATER;
+            x->sig_later--;
             status = sig_post_one(x, peer, DIR_SEND);
             if (status != CHORUS_SUCCESS) return status;
         }
@@ -590,11 +597,42 @@ chorus_status_t chorus__exec_progress(chorus_exec_t *x, int *done_p, int *progre
         if (!moved) break;
         progressed = 1;
     }
+    /* Data that waits on other ranks does not hold its signature back: a peer whose call
+     * differs may be waiting for it (and not for the data) before anything can move. */
+    for (int k = 0; x->sig_later > 0 && k < x->nsig_peers && status == CHORUS_SUCCESS; k++) {
+        const int p = x->sig_peers[k];
+        if (!(x->sig_state[p] & SIG_SEND_LATER)) continue;
+        x->sig_state[p] &= (uint8_t)~SIG_SEND_LATER;
+        x->sig_later--;
+        status = sig_post_one(x, p, DIR_SEND);
+    }
 
 out:
     *done_p = status == CHORUS_SUCCESS && x->ndone == s->nsteps && x->sig_open == 0;
     if (progressed_p != NULL) *progressed_p = progressed;
     return status;
+}
+
+/* A rank that has waited a while looks at what the peers outside its schedule sent: a
+ * peer whose call differs may have sent its signature to a rank that is not waiting for it
+ * (three ranks can each wait for the next that way). A collective signature there with our
+ * collective number that does not match ours is the mismatch. */
+static chorus_status_t sig_peek(chorus_exec_t *x)
+{
+    const int nranks = x->sched->nranks, me = x->sched->rank;
+
+    if (!x->sig_on || x->sig.coll == CHORUS_EXEC_SIG_P2P) return CHORUS_SUCCESS;
+    for (int p = 0; p < nranks; p++) {
+        const chorus_peer_tp_t *t = &x->peers[p];
+        chorus_exec_sig_t *rx = &x->sig_rx[p];
+
+        if (p == me || t->ops == NULL || (x->sig_state[p] & SIG_RECV_OPEN)) continue;
+        if (!chorus__tp_peek(t->ops, t->tp, p, rx, sizeof *rx)) continue;
+        if (rx->magic == CHORUS_EXEC_SIG_MAGIC && rx->coll != CHORUS_EXEC_SIG_P2P &&
+            rx->seq == x->sig.seq && sig_differs(x, p))
+            return sig_report(x, p);
+    }
+    return CHORUS_SUCCESS;
 }
 
 /* ---- Timeout message ---- */
@@ -694,7 +732,7 @@ chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *
     const uint64_t spin_ns = policy->spin_ns;
     const uint64_t yield_ns = policy->yield_ns;
     const uint64_t t0 = chorus__now_ns();
-    uint64_t idle_since = t0;
+    uint64_t idle_since = t0, next_peek = t0 + EXEC_PEEK_NS;
 
     for (;;) {
         int done = 0, progressed = 0;
@@ -711,6 +749,11 @@ chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *
             return exec_timeout(x, (double)(now - t0) * 1e-9);
         uint64_t idle = now - idle_since;
         if (idle < spin_ns) continue;
+        if (idle >= EXEC_PEEK_NS && now >= next_peek) {
+            next_peek = now + EXEC_PEEK_NS;
+            status = sig_peek(x);
+            if (status != CHORUS_SUCCESS) return status;
+        }
         if (idle < spin_ns + yield_ns || x->ntps == 0) {
             sched_yield();
             continue;

@@ -100,6 +100,7 @@ typedef struct chorus_exec {
     int32_t *sig_peers;          /* the ranks the schedule exchanges data with */
     int nsig_peers;
     int sig_open;                /* signature transfers not yet collected */
+    int sig_later;               /* signatures held for the first data to their peer */
     int cap_sig_ranks;
 } chorus_exec_t;
 

@@ -205,6 +205,13 @@ typedef struct chorus_tp_ops {
      * last: use chorus__tp_isend_queued. */
     chorus_status_t (*isend_queued)(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
                                     chorus_tp_req_t *req);
+
+    /* When no receive from peer is posted and peer's next message is exactly len bytes and
+     * has arrived whole: copies it into buf without taking it and returns 1; else 0. The
+     * engine looks at what a peer outside the current schedule sent (its next call's
+     * signature) when it has waited a while. NULL: never. Appended last: use
+     * chorus__tp_peek. */
+    int (*peek)(chorus_tp_t *tp, int peer, void *buf, size_t len);
 } chorus_tp_ops_t;
 
 /* The capabilities of instance tp of ops. */
@@ -233,6 +240,15 @@ static inline chorus_status_t chorus__tp_isend_queued(const chorus_tp_ops_t *ops
         ops->isend_queued != NULL)
         return ops->isend_queued(tp, peer, buf, bytes, req);
     return ops->isend(tp, peer, buf, bytes, req);
+}
+
+/* Calls ops->peek where the table has it, else 0. */
+static inline int chorus__tp_peek(const chorus_tp_ops_t *ops, chorus_tp_t *tp, int peer,
+                                  void *buf, size_t len)
+{
+    if (ops->size >= offsetof(chorus_tp_ops_t, peek) + sizeof ops->peek && ops->peek != NULL)
+        return ops->peek(tp, peer, buf, len);
+    return 0;
 }
 
 /* The transports built into this library. */

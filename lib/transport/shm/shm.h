@@ -94,6 +94,10 @@ unsigned shm_ring_rx(shm_ring_t *r, void *buf, uint64_t bytes, uint64_t *cursor_
 /* Consumer: skips what has arrived of a rejected message (also done by shm_ring_rx). */
 unsigned shm_ring_rx_drain(shm_ring_t *r);
 
+/* Consumer, between messages: when the next message is exactly len bytes and has arrived
+ * whole, copies its payload into buf without taking it and returns 1; else 0. */
+int shm_ring_peek(shm_ring_t *r, void *buf, uint64_t len);
+
 /* Nonzero if the consumer would find new bytes / the producer would find free space. */
 int shm_ring_rx_ready(shm_ring_t *r);
 int shm_ring_tx_ready(shm_ring_t *r);

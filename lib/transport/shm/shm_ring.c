@@ -233,6 +233,21 @@ unsigned shm_ring_rx(shm_ring_t *r, void *buf, uint64_t bytes, uint64_t *cursor_
     return flags;
 }
 
+int shm_ring_peek(shm_ring_t *r, void *buf, uint64_t len)
+{
+    uint64_t start = align_msg(r->pos), need = start - r->pos + SHM_MSG_HDR + len;
+    uint64_t avail;
+    shm_msg_hdr_t hdr;
+
+    if (r->discard > 0) return 0;
+    avail = rx_avail(r, need);
+    if (avail == UINT64_MAX || avail < need) return 0;
+    copy_out(r, start, (uint8_t *)&hdr, sizeof(hdr));
+    if (hdr.magic != SHM_MSG_MAGIC || hdr.seq != r->seq || hdr.len != len) return 0;
+    copy_out(r, start + SHM_MSG_HDR, buf, len);
+    return 1;
+}
+
 int shm_ring_rx_ready(shm_ring_t *r)
 {
     return atomic_load_explicit(&r->ctl->head, memory_order_acquire) != r->pos;

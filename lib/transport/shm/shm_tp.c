@@ -220,6 +220,18 @@ static chorus_status_t shm_irecv(chorus_tp_t *tp_, int peer, void *buf, size_t b
     return CHORUS_SUCCESS;
 }
 
+static int shm_peek(chorus_tp_t *tp_, int peer, void *buf, size_t len)
+{
+    shm_tp_t *tp = (shm_tp_t *)tp_;
+    shm_peer_t *p;
+
+    if (peer < 0 || peer >= tp->nranks || peer == tp->rank) return 0;
+    p = tp->by_rank[peer];
+    /* With a receive posted, the ring may be in the middle of a message. */
+    if (p == NULL || p->failed != CHORUS_SUCCESS || p->rq_head != NULL) return 0;
+    return shm_ring_peek(&p->rx, buf, len);
+}
+
 static chorus_status_t shm_progress(chorus_tp_t *tp_)
 {
     shm_tp_t *tp = (shm_tp_t *)tp_;
@@ -303,4 +315,6 @@ const chorus_tp_ops_t chorus__tp_shm_ops = {
     .fini = shm_fini,
     .instance_caps = NULL,
     .leave = shm_leave,
+    .isend_queued = NULL,
+    .peek = shm_peek,
 };

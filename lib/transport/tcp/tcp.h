@@ -135,6 +135,7 @@ chorus_status_t tcp_isend(struct chorus_tp *tp, int peer, const void *buf, size_
                           chorus_tp_req_t *req);
 chorus_status_t tcp_isend_queued(struct chorus_tp *tp, int peer, const void *buf, size_t bytes,
                                  chorus_tp_req_t *req);
+int tcp_peek(struct chorus_tp *tp, int peer, void *buf, size_t len);
 chorus_status_t tcp_irecv(struct chorus_tp *tp, int peer, void *buf, size_t bytes,
                           chorus_tp_req_t *req);
 chorus_status_t tcp_progress(struct chorus_tp *tp);

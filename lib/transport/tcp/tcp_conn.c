@@ -431,4 +431,5 @@ const chorus_tp_ops_t chorus__tp_tcp_ops = {
     .instance_caps = NULL,
     .leave = tcp_leave,
     .isend_queued = tcp_isend_queued,
+    .peek = tcp_peek,
 };

@@ -435,6 +435,24 @@ chorus_status_t tcp_isend(chorus_tp_t *tp, int peer, const void *buf, size_t byt
     return CHORUS_SUCCESS;
 }
 
+int tcp_peek(chorus_tp_t *tp, int peer, void *buf, size_t len)
+{
+    uint8_t tmp[TCP_HDR_BYTES + 64];
+    tcp_peer_t *pp;
+    tcp_hdr_t h;
+
+    if (peer < 0 || peer >= tp->nranks || peer == tp->rank || len > 64) return 0;
+    pp = &tp->peers[peer];
+    /* With a receive posted, the stream may be in the middle of a message. */
+    if (pp->fd < 0 || pp->error != CHORUS_SUCCESS || pp->bye || pp->rq_head != NULL) return 0;
+    if (recv(pp->fd, tmp, TCP_HDR_BYTES + len, MSG_PEEK | MSG_DONTWAIT) !=
+        (ssize_t)(TCP_HDR_BYTES + len))
+        return 0;
+    if (chorus__tcp_header_decode(tmp, len, tp->rank, tp->nranks, &h) != TCP_HDR_MSG) return 0;
+    memcpy(buf, tmp + TCP_HDR_BYTES, len);
+    return 1;
+}
+
 chorus_status_t tcp_isend_queued(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
                                  chorus_tp_req_t *req)
 {
