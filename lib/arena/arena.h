@@ -98,6 +98,19 @@ chorus_status_t chorus__arena_step(chorus_arena_t *arena, chorus_coll_t coll, ui
                                    chorus_dtype_t dtype, chorus_op_t op, uint64_t opno,
                                    const char *what);
 
+/* Publishes the collective this rank is about to run: its number on the comm (every rank's
+ * k-th collective has the same), what it is, and whether it runs on the arena (on_arena) or
+ * on a schedule over the transports. A rank on one path never sees the other path's
+ * signatures; this lets a stalled peer see that the same-numbered call went the other way. */
+void chorus__arena_note_call(chorus_arena_t *arena, uint64_t coll_seq, int on_arena,
+                             chorus_coll_t coll, uint64_t count, chorus_dtype_t dtype,
+                             chorus_op_t op, int root);
+
+/* CHORUS_ERR_MISMATCH naming both calls when a local peer is in the collective numbered like
+ * this rank's but on the other path (arena vs schedule: the calls, or the ranks' settings,
+ * differ); else CHORUS_SUCCESS. For waits that have stalled a while. */
+chorus_status_t chorus__arena_cross_check(chorus_arena_t *arena, const char *what);
+
 /* Marks this rank failed in the arena (peers' waits end with an error naming it) and
  * returns status: for a caller outside lib/arena that failed between steps. */
 chorus_status_t chorus__arena_fail(chorus_arena_t *arena, chorus_status_t status);

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define ARENA_MAGIC 0x414e455241524843ULL /* "CHRARENA" */
-#define ARENA_VERSION 1
+#define ARENA_VERSION 2
 #define ARENA_LINE 64
 #define ARENA_PAGE 4096
 #define ARENA_NAME_MAX 64
@@ -88,6 +88,12 @@ typedef struct {
     /* A hash of the signatures of every eager call this rank made (arena_eager.c): ranks
      * compare it at the next call that waits for everyone. */
     _Atomic uint64_t chain;
+    /* Third line, written once per collective and read only by a peer that has waited a
+     * while (chorus__arena_cross_check): the comm's number of the collective this rank is
+     * in, plus one (0: none yet), and its signature, valid 1 when it runs on the arena and 2
+     * when on a schedule. call_seq is 0 while the signature is rewritten. */
+    alignas(ARENA_LINE) _Atomic uint64_t call_seq;
+    arena_sig_t call_sig;
 } arena_ctl_t;
 
 _Static_assert(offsetof(arena_ctl_t, inl) + sizeof(((arena_ctl_t *)0)->inl) <= ARENA_LINE,

@@ -23,8 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How often a long wait looks for dead peers and the deadline. */
-#define ARENA_CHECK_NS 50000000ULL
+/* How often a long wait looks for dead peers and for a peer in the same call on the other
+ * path (chorus__arena_cross_check). */
+#define ARENA_CHECK_NS 20000000ULL
 /* Longest single futex sleep, so the abort flag is seen promptly. */
 #define ARENA_SLEEP_NS 10000000ULL
 
@@ -111,6 +112,54 @@ static void arena_sleep(chorus_arena_t *a, uint64_t step, int first, int end, ui
     atomic_fetch_sub_explicit(&a->hdr->sleepers, 1, memory_order_relaxed);
 }
 
+void chorus__arena_note_call(chorus_arena_t *a, uint64_t coll_seq, int on_arena,
+                             chorus_coll_t coll, uint64_t count, chorus_dtype_t dtype,
+                             chorus_op_t op, int root)
+{
+    arena_ctl_t *c = &a->ctl[a->me];
+
+    atomic_store_explicit(&c->call_seq, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    c->call_sig.count = count;
+    c->call_sig.opno = (uint16_t)coll_seq;
+    c->call_sig.root = (uint16_t)root;
+    c->call_sig.coll = (uint8_t)coll;
+    c->call_sig.dtype = (uint8_t)dtype;
+    c->call_sig.op = (uint8_t)op;
+    c->call_sig.valid = on_arena ? 1 : 2;
+    atomic_store_explicit(&c->call_seq, coll_seq + 1, memory_order_release);
+}
+
+chorus_status_t chorus__arena_cross_check(chorus_arena_t *a, const char *what)
+{
+    const arena_ctl_t *mine = &a->ctl[a->me];
+    uint64_t seq = atomic_load_explicit(&mine->call_seq, memory_order_relaxed);
+    arena_sig_t ms = mine->call_sig, ps;
+
+    if (seq == 0) return CHORUS_SUCCESS;
+    for (int r = 0; r < a->n; r++) {
+        const arena_ctl_t *c = &a->ctl[r];
+        char ours[128], theirs[128];
+
+        if (r == a->me || atomic_load_explicit(&c->call_seq, memory_order_acquire) != seq)
+            continue;
+        ps = c->call_sig;
+        atomic_thread_fence(memory_order_acquire);
+        /* Rewritten meanwhile (the peer moved on): not the same call any more. */
+        if (atomic_load_explicit(&c->call_seq, memory_order_relaxed) != seq) continue;
+        if (ps.valid == ms.valid || (ps.valid != 1 && ps.valid != 2)) continue;
+        arena__sig_text(&ms, ours, sizeof ours);
+        arena__sig_text(&ps, theirs, sizeof theirs);
+        return chorus__error(CHORUS_ERR_MISMATCH,
+                             "rank %d: %s: %s (%s) but rank %d called %s (%s): the calls, or "
+                             "the ranks' algorithm settings, differ", a->rank, what, ours,
+                             ms.valid == 1 ? "on the shared arena" : "on a schedule",
+                             a->ranks[r], theirs,
+                             ps.valid == 1 ? "on the shared arena" : "on a schedule");
+    }
+    return CHORUS_SUCCESS;
+}
+
 chorus_status_t arena__wait_slow(chorus_arena_t *a, uint64_t step, int first, int end,
                                  const char *what)
 {
@@ -133,6 +182,8 @@ chorus_status_t arena__wait_slow(chorus_arena_t *a, uint64_t step, int first, in
             continue;
         }
         status = arena_check_peers(a, step, first, end, now >= next_check, what);
+        if (status == CHORUS_SUCCESS && now >= next_check)
+            status = chorus__arena_cross_check(a, what);
         if (status != CHORUS_SUCCESS) return arena__fail(a, status);
         if (now >= next_check) next_check = now + ARENA_CHECK_NS;
         if (now >= deadline) {

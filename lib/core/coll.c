@@ -235,6 +235,9 @@ chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *c
      * One host too: there the order groups NUMA nodes, so the ring crosses sockets twice. */
     args.ring_order = comm->ring_order;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
+    if (comm->arena != NULL && comm->check_calls)
+        chorus__arena_note_call(comm->arena, comm->exec.coll_seq, algo == CHORUS_ALGO_ARENA,
+                                call->coll, call->count, call->dtype, call->op, call->root);
     if (algo == CHORUS_ALGO_ARENA) return coll_run_arena(comm, call, op, what);
     args.chunk_count = chorus__select_chunk_count(comm, call->coll, algo,
                                                   (uint64_t)call->count * esize, esize);

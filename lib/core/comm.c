@@ -607,6 +607,16 @@ chorus_status_t chorus_get_unique_id(chorus_unique_id_t *id_p)
     return CHORUS_SUCCESS;
 }
 
+/* A schedule's wait that stalled: a local peer in the same call on the arena means the
+ * calls differ (the engine's signatures cannot reach a rank that waits in the arena). */
+static chorus_status_t core_stall_check(void *arg, const char *what)
+{
+    chorus_comm_t comm = arg;
+
+    if (comm->arena == NULL) return CHORUS_SUCCESS;
+    return chorus__arena_cross_check(comm->arena, what);
+}
+
 void chorus__stop_init(chorus_stop_t *stop)
 {
     pthread_mutex_init(&stop->lock, NULL);
@@ -696,6 +706,8 @@ chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
     }
     comm->comm_id = chorus__bootstrap_id_info(comm->bs)->comm_id;
     CHORUS_CHECK_GOTO(core_connect(comm), err_comm);
+    comm->exec.stall_check = core_stall_check;
+    comm->exec.stall_arg = comm;
     CHORUS_CHECK_GOTO(chorus__tune_create(comm, &comm->tune), err_comm);
     status = chorus__bootstrap_barrier(comm->bs);
     if (status != CHORUS_SUCCESS) {

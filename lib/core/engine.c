@@ -622,6 +622,13 @@ static chorus_status_t sig_peek(chorus_exec_t *x)
     const int nranks = x->sched->nranks, me = x->sched->rank;
 
     if (!x->sig_on || x->sig.coll == CHORUS_EXEC_SIG_P2P) return CHORUS_SUCCESS;
+    if (x->stall_check != NULL) {
+        chorus_status_t status = x->stall_check(x->stall_arg, x->what);
+        if (status != CHORUS_SUCCESS) {
+            x->status = status;
+            return status;
+        }
+    }
     for (int p = 0; p < nranks; p++) {
         const chorus_peer_tp_t *t = &x->peers[p];
         chorus_exec_sig_t *rx = &x->sig_rx[p];

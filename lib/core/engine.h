@@ -92,6 +92,10 @@ typedef struct chorus_exec {
     int sig_armed;
     const chorus_exec_sig_t *sig_peer_next; /* chorus__exec_sign_p2p: one per rank */
     const chorus_exec_sig_t *sig_peer;      /* of this execution, or NULL (one for all) */
+    /* Called with stall_arg by a wait that has idled a while, next to sig_peek: the core
+     * looks there for a peer in the same call on the shared arena. NULL: none. */
+    chorus_status_t (*stall_check)(void *stall_arg, const char *what);
+    void *stall_arg;
     int sig_on;                  /* this execution exchanges signatures */
     chorus_exec_sig_t sig;       /* ours, the source of every signature send */
     chorus_exec_sig_t *sig_rx;   /* per rank: the peer's signature */
