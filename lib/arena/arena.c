@@ -65,6 +65,13 @@ void arena__sig_set(chorus_arena_t *a, chorus_coll_t coll, size_t count, chorus_
     s->dtype = (uint8_t)dtype;
     s->op = (uint8_t)op;
     s->valid = 1;
+    if (a->next_device) s->coll |= ARENA_SIG_DEVICE;
+    a->next_device = 0;
+}
+
+void chorus__arena_next_is_device(chorus_arena_t *a)
+{
+    a->next_device = 1;
 }
 
 /* "allreduce #3 of 16 x float32 sum", "broadcast #4 of 2 x int8 root 1", "device allreduce

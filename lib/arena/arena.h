@@ -106,6 +106,10 @@ void chorus__arena_note_call(chorus_arena_t *arena, uint64_t coll_seq, int on_ar
                              chorus_coll_t coll, uint64_t count, chorus_dtype_t dtype,
                              chorus_op_t op, int root);
 
+/* The next arena collective is a segment of a device call staged through host memory: its
+ * signature says device, so that it never passes for a host call of the same shape. */
+void chorus__arena_next_is_device(chorus_arena_t *arena);
+
 /* CHORUS_ERR_MISMATCH naming both calls when a local peer is in the collective numbered like
  * this rank's but on the other path (arena vs schedule: the calls, or the ranks' settings,
  * differ); else CHORUS_SUCCESS. For waits that have stalled a while. */

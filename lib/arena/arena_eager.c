@@ -119,10 +119,11 @@ chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *
     sig.count = count;
     sig.opno = (uint16_t)opno;
     sig.root = (uint16_t)root;
-    sig.coll = (uint8_t)coll;
+    sig.coll = (uint8_t)((unsigned)coll | (a->next_device ? ARENA_SIG_DEVICE : 0));
     sig.dtype = (uint8_t)dtype;
     sig.op = (uint8_t)(coll == CHORUS_COLL_REDUCE ? op : CHORUS_SUM);
     sig.valid = 1;
+    a->next_device = 0;
     /* Readers sign their entry too, for the messages of peers that find a mismatch; only
      * writers put data there. */
     eager_entry(a, a->me, opno)->sig = sig;

@@ -133,6 +133,7 @@ struct chorus_arena {
     size_t chunk;     /* bytes of one staged slot */
     int n;            /* local ranks */
     int me;           /* my local index */
+    int next_device;  /* chorus__arena_next_is_device: the next signature says device */
     int rank;         /* my rank in the comm */
     int *ranks;       /* comm rank of each local index */
     uint32_t *pids;   /* pid of each local index (from the bootstrap exchange) */

@@ -196,7 +196,7 @@ static void coll_sign(chorus_comm_t comm, const chorus_coll_call_t *call, chorus
     sig.coll = (uint8_t)call->coll;
     sig.dtype = (uint8_t)call->dtype;
     sig.op = (uint8_t)call->op;
-    sig.algo = (uint8_t)algo;
+    sig.algo = (uint8_t)((unsigned)algo | (call->device == CHORUS_CALL_STAGED ? CHORUS_EXEC_SIG_DEVICE : 0));
     sig.root = call->root;
     sig.nranks = comm->nranks;
     sig.count = call->count;
@@ -238,6 +238,8 @@ chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *c
     if (comm->arena != NULL && comm->check_calls)
         chorus__arena_note_call(comm->arena, comm->exec.coll_seq, algo == CHORUS_ALGO_ARENA,
                                 call->coll, call->count, call->dtype, call->op, call->root);
+    if (comm->arena != NULL && call->device == CHORUS_CALL_STAGED)
+        chorus__arena_next_is_device(comm->arena);
     if (algo == CHORUS_ALGO_ARENA) return coll_run_arena(comm, call, op, what);
     args.chunk_count = chorus__select_chunk_count(comm, call->coll, algo,
                                                   (uint64_t)call->count * esize, esize);

@@ -147,8 +147,13 @@ typedef struct {
     chorus_op_t op; /* allreduce, reduce_scatter, reduce */
     int root;       /* broadcast, reduce */
     void *stream;
-    int device; /* set by chorus__validate_coll: the buffers' device, or -1 (host memory) */
+    int device; /* set by chorus__validate_coll: the buffers' device, or -1 (host memory);
+                 * CHORUS_CALL_STAGED: a segment of a device call on pinned host memory */
 } chorus_coll_call_t;
+
+/* The device of a staging segment (gpu_staging.c): host memory, but signed as a device
+ * call, so that a host call and a device call never pass for each other. */
+#define CHORUS_CALL_STAGED (-2)
 
 /* ---- validate.c ---- */
 

@@ -179,7 +179,7 @@ static void sig_describe(const chorus_exec_sig_t *s, const chorus_exec_sig_t *o,
 {
     const char *dt = chorus_dtype_name((chorus_dtype_t)s->dtype);
     const char *op = chorus_op_name((chorus_op_t)s->op);
-    const char *algo = chorus__algo_name((chorus_algo_t)s->algo);
+    const char *algo = chorus__algo_name((chorus_algo_t)(s->algo & ~CHORUS_EXEC_SIG_DEVICE));
     const int same = s->coll == o->coll;
     const char *sep = " (";
     size_t len = 0;
@@ -188,8 +188,8 @@ static void sig_describe(const chorus_exec_sig_t *s, const chorus_exec_sig_t *o,
         sig_describe_p2p(s, buf, cap);
         return;
     }
-    sig_append(buf, cap, &len, "%s #%llu", chorus__coll_name((chorus_coll_t)s->coll),
-               (unsigned long long)s->opnum);
+    sig_append(buf, cap, &len, "%s%s #%llu", (s->algo & CHORUS_EXEC_SIG_DEVICE) ? "device " : "",
+               chorus__coll_name((chorus_coll_t)s->coll), (unsigned long long)s->opnum);
     if (s->coll != CHORUS_COLL_BARRIER) {
         sig_append(buf, cap, &len, "%scount %llu, ", sep, (unsigned long long)s->count);
         if (dt != NULL) sig_append(buf, cap, &len, "%s", dt);

@@ -33,7 +33,8 @@ typedef struct {
     uint8_t coll;         /* chorus_coll_t */
     uint8_t dtype;        /* chorus_dtype_t */
     uint8_t op;           /* chorus_op_t as called (AVG, not the SUM it runs as) */
-    uint8_t algo;         /* chorus_algo_t: ranks must build matching schedules */
+    uint8_t algo;         /* chorus_algo_t: ranks must build matching schedules; with
+                           * CHORUS_EXEC_SIG_DEVICE for a device call (staged) */
     int32_t root;         /* broadcast, reduce; 0 otherwise */
     int32_t nranks;
     uint64_t count;       /* the count argument of the call */
@@ -43,6 +44,7 @@ typedef struct {
 } chorus_exec_sig_t;
 
 #define CHORUS_EXEC_SIG_MAGIC 0x31475343u /* "CSG1" */
+#define CHORUS_EXEC_SIG_DEVICE 0x80       /* in algo: the call is on device buffers */
 
 /* The coll of a point-to-point execution's signatures (chorus__exec_sign_p2p). There is one
  * per peer: dtype and count describe the first send to that peer, op (a dtype) and

@@ -158,7 +158,7 @@ static chorus_status_t stg_host_op(chorus_gpu_comm_t *g, const stg_plan_t *p, si
     seg.sendbuf = p->nin > 0 ? s->in : NULL;
     seg.recvbuf = p->nout > 0 ? s->out : NULL;
     seg.stream = NULL;
-    seg.device = -1;
+    seg.device = CHORUS_CALL_STAGED;
     return chorus__coll_run(g->comm, &seg, what);
 }
 

@@ -21,9 +21,11 @@
  * several sizes (above the staging chunk too) delivers every message; a device send or a
  * host send outside a group meets a device recv inside one. With --mismatch
  * the program only checks that ranks calling different device collectives get
- * CHORUS_ERR_MISMATCH (as the comm's async error and from the next call).
+ * CHORUS_ERR_MISMATCH (as the comm's async error and from the next call); with
+ * --host-vs-device, that an allreduce on host memory against the same on device memory
+ * does.
  *
- *   chorusrun -n 4 -- gpu_coll_matrix [--mismatch] [mp_coll_matrix options]
+ *   chorusrun -n 4 -- gpu_coll_matrix [--mismatch|--host-vs-device] [mp_coll_matrix options]
  *
  * Prints "skipped: no CUDA device" and exits 77 when no plugin found a device.
  */
@@ -555,6 +557,35 @@ static int gt_mismatch(void)
     return gt_failures > 0 ? 1 : 0;
 }
 
+/* The last rank allreduces COUNT floats of host memory, the others of device memory: a host
+ * call and a device call never pass for each other (issue 18), whatever path the device
+ * call takes. Every rank must end with CHORUS_ERR_MISMATCH. */
+static int gt_host_vs_device(void)
+{
+    enum { COUNT = 1000 };
+    int rank, n;
+    chorus_comm_t comm = mp_init_env("gpu_coll_matrix", &rank, &n);
+    chorus_status_t st, async = CHORUS_SUCCESS;
+    static float host[2 * COUNT];
+
+    if (rank == n - 1) {
+        st = chorus_allreduce(host, host + COUNT, COUNT, CHORUS_FLOAT32, CHORUS_SUM, comm, NULL);
+        async = st;
+    } else {
+        void *d = gt_dev(0, 2 * COUNT * sizeof(float));
+        st = chorus_allreduce(d, (char *)d + COUNT * sizeof(float), COUNT, CHORUS_FLOAT32,
+                              CHORUS_SUM, comm, g_stream);
+        gt_expect(st == CHORUS_SUCCESS, rank, "the device call is queued");
+        gt_die(G->stream_synchronize(g_stream), "stream_synchronize after a failed collective");
+        chorus_comm_get_async_error(comm, &async);
+    }
+    gt_expect(async == CHORUS_ERR_MISMATCH, rank, "host vs device: CHORUS_ERR_MISMATCH");
+    printf("gpu_coll_matrix --host-vs-device rank %d (%s buffers): %s: %s\n", rank,
+           rank == n - 1 ? "host" : "device", chorus_status_string(async), chorus_last_error());
+    chorus_comm_destroy(comm);
+    return gt_failures > 0 ? 1 : 0;
+}
+
 /* ---- The matrix itself, on the calls above ---- */
 
 #define COLL_MATRIX_BUF_ALLOC(n) gt_malloc(n)
@@ -588,5 +619,6 @@ int main(int argc, char **argv)
     gt_die(G->set_device(0), "set_device");
     gt_die(G->stream_create(&g_stream), "stream_create");
     if (argc > 1 && strcmp(argv[1], "--mismatch") == 0) return gt_mismatch();
+    if (argc > 1 && strcmp(argv[1], "--host-vs-device") == 0) return gt_host_vs_device();
     return mp_coll_matrix_main(argc, argv);
 }
