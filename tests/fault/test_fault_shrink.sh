@@ -7,13 +7,15 @@
 # SHRINK_RUNS times (default 10) with a different victim and moment, over shm (8 ranks on
 # this host, chorusrun --on-failure continue) and over tcp (4 emulated hosts x 2, network
 # namespaces; "skipped: <reason>" where they cannot be made). Prints the times.
+# SHRINK_COUNT changes the allreduce's elements (CI runs each scenario once on 4 MiB).
 set -u
 BUILD=${BUILD:-build}
 HERE=$(dirname "$0")
 PROG="$BUILD/examples/elastic"
 RUN="$BUILD/bin/chorusrun"
 RUNS=${SHRINK_RUNS:-10}
-STEPS=130 # the kill comes within the first 30: at least 100 follow it
+COUNT=${SHRINK_COUNT:-4194304} # int32 elements per allreduce: 16 MiB (CI passes less)
+STEPS=160 # the kill comes within the first 60: at least 100 follow it
 [ -x "$PROG" ] && [ -x "$RUN" ] || { echo "missing $PROG or $RUN (run make)"; exit 1; }
 . "$HERE/fault_lib.sh"
 
@@ -65,7 +67,7 @@ shm_run() {
     rm -f "$TMP"/*.pid
     # shellcheck disable=SC2086
     env CHORUS_TIMEOUT=60 "$RUN" -n 8 --on-failure continue --timeout 120 -- "$PROG" \
-        --steps "$STEPS" --pid-dir "$TMP" $extra >"$LOG" 2>&1 &
+        --steps "$STEPS" --count "$COUNT" --pid-dir "$TMP" $extra >"$LOG" 2>&1 &
     RUNPID=$!
     if ! wait_pids "$TMP" 8 60; then
         fail "$label: the ranks did not start their loops"
@@ -96,7 +98,8 @@ tcp_run() {
     rm -f "$TMP"/*.pid
     PREFIX="cfs$$"
     # shellcheck disable=SC2086
-    CHORUS_TRANSPORT=tcp CHORUS_TIMEOUT=60 cluster_start "$TMP" "$PREFIX" --steps "$STEPS" $extra
+    CHORUS_TRANSPORT=tcp CHORUS_TIMEOUT=60 cluster_start "$TMP" "$PREFIX" --steps "$STEPS" \
+        --count "$COUNT" $extra
     sleep 0.2
     t_kill=$(now)
     kill -9 "$(cat "$TMP/$victim.pid")"
