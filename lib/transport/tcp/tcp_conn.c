@@ -388,23 +388,43 @@ err:
     return status;
 }
 
-static void tcp_drain(int fd)
+/* How long a destroy after a failure waits, in all, for the peers it left to close their
+ * side (tcp_fini). */
+#define TCP_FINI_WAIT_S 0.2
+
+/* Reads and drops what the peer sent until its end of stream or the deadline; returns 1 at
+ * the end of stream. */
+static int tcp_drain(int fd, uint64_t deadline_ns)
 {
     char sink[4096];
 
-    for (int i = 0; i < 256 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++) continue;
+    for (;;) {
+        ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n == 0) return 1;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
+        if (n > 0) continue;
+        if (chorus__deadline_passed(deadline_ns)) return 0;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        (void)poll(&pfd, 1, chorus__deadline_ms_left(deadline_ns, 10));
+    }
 }
 
 static void tcp_fini(chorus_tp_t *tp)
 {
+    /* After a failure, what a peer sends after our goodbye would meet a closed socket and
+     * come back as a reset, which can make the peer lose the goodbye (and report a crash
+     * instead of the reason). So a connection we left is closed once the peer has closed
+     * its side too (it does on reading the goodbye), or after TCP_FINI_WAIT_S in all. */
+    uint64_t deadline = chorus__deadline_after(TCP_FINI_WAIT_S);
+
     if (tp == NULL) return;
     for (int p = 0; p < tp->nranks; p++) {
         if (tp->peers[p].fd < 0) continue;
         tcp_say_goodbye(tp, p);
-        /* What the peer sent and we never read would turn the close into a reset: read a
-         * bounded amount of it first (a peer still sending after we left is not waited
-         * for). */
-        if (tp->peers[p].error != CHORUS_SUCCESS) tcp_drain(tp->peers[p].fd);
+        if (tp->peers[p].error != CHORUS_SUCCESS) {
+            shutdown(tp->peers[p].fd, SHUT_WR);
+            (void)tcp_drain(tp->peers[p].fd, deadline);
+        }
         close(tp->peers[p].fd);
     }
     if (tp->listen_fd >= 0) close(tp->listen_fd);
