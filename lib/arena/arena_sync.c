@@ -160,6 +160,26 @@ chorus_status_t chorus__arena_cross_check(chorus_arena_t *a, const char *what)
     return CHORUS_SUCCESS;
 }
 
+int chorus__arena_peer_call(const chorus_arena_t *a, int rank, uint64_t *coll_seq_p,
+                            char *text, size_t len)
+{
+    for (int r = 0; r < a->n; r++) {
+        const arena_ctl_t *c = &a->ctl[r];
+        uint64_t seq;
+        arena_sig_t sig;
+
+        if (a->ranks[r] != rank || r == a->me) continue;
+        seq = atomic_load_explicit(&c->call_seq, memory_order_acquire);
+        sig = c->call_sig;
+        atomic_thread_fence(memory_order_acquire);
+        if (seq == 0 || atomic_load_explicit(&c->call_seq, memory_order_relaxed) != seq) return 0;
+        *coll_seq_p = seq - 1;
+        arena__sig_text(&sig, text, len);
+        return 1;
+    }
+    return 0;
+}
+
 chorus_status_t arena__wait_slow(chorus_arena_t *a, uint64_t step, int first, int end,
                                  const char *what)
 {

@@ -612,9 +612,26 @@ chorus_status_t chorus_get_unique_id(chorus_unique_id_t *id_p)
 static chorus_status_t core_stall_check(void *arg, const char *what)
 {
     chorus_comm_t comm = arg;
+    const chorus_exec_t *x = &comm->exec;
 
     if (comm->arena == NULL) return CHORUS_SUCCESS;
-    return chorus__arena_cross_check(comm->arena, what);
+    if (x->sig.coll != CHORUS_EXEC_SIG_P2P) return chorus__arena_cross_check(comm->arena, what);
+    /* A send or receive waits on a peer that went on to the next collective: that peer
+     * never posts the match (its collective needs this rank first). */
+    for (int k = 0; k < x->nsig_peers; k++) {
+        int p = x->sig_peers[k];
+        uint64_t seq;
+        char text[128];
+        if (!chorus__exec_waits_for_sig(x, p) ||
+            !chorus__arena_peer_call(comm->arena, p, &seq, text, sizeof text) ||
+            seq != x->coll_seq + 1)
+            continue;
+        return chorus__error(CHORUS_ERR_MISMATCH,
+                             "rank %d: %s with rank %d, but rank %d called %s (its next "
+                             "collective) instead of the matching send/recv",
+                             comm->rank, what, p, p, text);
+    }
+    return CHORUS_SUCCESS;
 }
 
 void chorus__stop_init(chorus_stop_t *stop)

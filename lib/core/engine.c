@@ -98,6 +98,12 @@ void chorus__exec_sign_p2p(chorus_exec_t *x, const chorus_exec_sig_t *sigs)
     x->sig_armed = 1;
 }
 
+int chorus__exec_waits_for_sig(const chorus_exec_t *x, int p)
+{
+    return x->sig_on && p >= 0 && p < x->sched->nranks && x->sig_state != NULL &&
+           (x->sig_state[p] & SIG_RECV_OPEN) && !(x->sig_state[p] & SIG_OK);
+}
+
 /* Our signature for peer p. */
 static const chorus_exec_sig_t *sig_ours(const chorus_exec_t *x, int p)
 {
@@ -621,7 +627,7 @@ static chorus_status_t sig_peek(chorus_exec_t *x)
 {
     const int nranks = x->sched->nranks, me = x->sched->rank;
 
-    if (!x->sig_on || x->sig.coll == CHORUS_EXEC_SIG_P2P) return CHORUS_SUCCESS;
+    if (!x->sig_on) return CHORUS_SUCCESS;
     if (x->stall_check != NULL) {
         chorus_status_t status = x->stall_check(x->stall_arg, x->what);
         if (status != CHORUS_SUCCESS) {
@@ -629,6 +635,7 @@ static chorus_status_t sig_peek(chorus_exec_t *x)
             return status;
         }
     }
+    if (x->sig.coll == CHORUS_EXEC_SIG_P2P) return CHORUS_SUCCESS;
     for (int p = 0; p < nranks; p++) {
         const chorus_peer_tp_t *t = &x->peers[p];
         chorus_exec_sig_t *rx = &x->sig_rx[p];

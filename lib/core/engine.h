@@ -129,6 +129,9 @@ void chorus__exec_sign(chorus_exec_t *x, const chorus_exec_sig_t *sig);
  * the array until the execution ends. */
 void chorus__exec_sign_p2p(chorus_exec_t *x, const chorus_exec_sig_t *sigs);
 
+/* Nonzero if the signed execution x still waits for peer p's signature (a stall check). */
+int chorus__exec_waits_for_sig(const chorus_exec_t *x, int p);
+
 /* Advances the execution without blocking. *done_p becomes 1 when every step is done.
  * *progressed_p (may be NULL) says whether anything moved, for the caller's backoff.
  * On error the execution is over; the error names the step and the peer. */

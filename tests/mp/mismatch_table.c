@@ -73,6 +73,8 @@ static const case_t cases[] = {
     {"send-recv-count", {K_SEND, 1000, F32, SUM, 0}, {K_RECV, 999, F32, SUM, 0}},
     /* The same bytes in another type: only the signature tells them apart. */
     {"send-recv-dtype", {K_SEND, 1000, CHORUS_INT32, SUM, 0}, {K_RECV, 1000, F32, SUM, 0}},
+    /* The last rank sends to rank 0 while everyone else allreduces. */
+    {"allreduce-vs-send", {K_ALLREDUCE, 1000, F32, SUM, 0}, {K_SEND, 1000, F32, SUM, 0}},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
