@@ -406,8 +406,10 @@ static chorus_status_t post_check(chorus_tp_t *tp, int peer, const void *buf, si
     return CHORUS_SUCCESS;
 }
 
-chorus_status_t tcp_isend(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
-                          chorus_tp_req_t *req)
+/* Queues a send; hold leaves it unwritten (isend_queued), else it is written now when the
+ * connection is idle or when it follows what isend_queued held back (one write for both). */
+static chorus_status_t post_send(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
+                                 chorus_tp_req_t *req, int hold)
 {
     chorus_status_t status = post_check(tp, peer, buf, bytes, req, "isend");
     if (status != CHORUS_SUCCESS) return status;
@@ -419,20 +421,27 @@ chorus_status_t tcp_isend(chorus_tp_t *tp, int peer, const void *buf, size_t byt
     }
     req->kind = TCP_REQ_SEND;
     encode_header((uint8_t *)req->priv, bytes);
-    if (pp->sq_tail != NULL) {
-        pp->sq_tail->next = req;
-        pp->sq_tail = req;
-        /* What isend_queued held back leaves now, with this message, in one write. */
-        if (pp->held) {
-            pp->held = 0;
-            send_peer(tp, peer);
-        }
-    } else {
-        /* An idle connection: start writing now, which saves a round of progress(). */
-        pp->sq_head = pp->sq_tail = req;
+    int idle = pp->sq_head == NULL;
+    chorus__tp_queue_push(&pp->sq_head, &pp->sq_tail, req);
+    if (hold) {
+        pp->held = 1; /* written by the next isend to peer, or by progress() */
+    } else if (idle || pp->held) {
+        pp->held = 0;
         send_peer(tp, peer);
     }
     return CHORUS_SUCCESS;
+}
+
+chorus_status_t tcp_isend(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
+                          chorus_tp_req_t *req)
+{
+    return post_send(tp, peer, buf, bytes, req, 0);
+}
+
+chorus_status_t tcp_isend_queued(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
+                                 chorus_tp_req_t *req)
+{
+    return post_send(tp, peer, buf, bytes, req, 1);
 }
 
 int tcp_peek(chorus_tp_t *tp, int peer, void *buf, size_t len)
@@ -453,23 +462,6 @@ int tcp_peek(chorus_tp_t *tp, int peer, void *buf, size_t len)
     return 1;
 }
 
-chorus_status_t tcp_isend_queued(chorus_tp_t *tp, int peer, const void *buf, size_t bytes,
-                                 chorus_tp_req_t *req)
-{
-    chorus_status_t status = post_check(tp, peer, buf, bytes, req, "isend");
-    if (status != CHORUS_SUCCESS) return status;
-    tcp_peer_t *pp = &tp->peers[peer];
-    if (pp->error != CHORUS_SUCCESS) {
-        complete(req, pp->error);
-        chorus__error(pp->error, "%s (%s after the failure)", pp->why, "isend");
-        return CHORUS_SUCCESS;
-    }
-    req->kind = TCP_REQ_SEND;
-    encode_header((uint8_t *)req->priv, bytes);
-    chorus__tp_queue_push(&pp->sq_head, &pp->sq_tail, req);
-    pp->held = 1; /* written by the next isend to peer, or by progress() */
-    return CHORUS_SUCCESS;
-}
 
 chorus_status_t tcp_irecv(chorus_tp_t *tp, int peer, void *buf, size_t bytes, chorus_tp_req_t *req)
 {
