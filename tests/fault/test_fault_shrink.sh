@@ -54,8 +54,9 @@ check_run() {
     echo "$worst" >>"$TIMES"
 }
 
-# shm_run K SECOND: run K of the shm scenario; SECOND=1 adds the death during the shrink.
-shm_run() {
+# plan K SECOND: the victim of run K, and with SECOND=1 the rank that dies in its shrink
+# and when (ms); sets victim, second, ms, extra (elastic's option), want (ranks left).
+plan() {
     k=$1 with_second=$2
     victim=$(((k * 3 + 5) % 8))
     second=-1 extra="" want=7
@@ -63,6 +64,11 @@ shm_run() {
         second=$(((victim + 3) % 8)) ms=$(((k * 7) % 40)) want=6
         extra="--die-in-shrink $second:$ms"
     fi
+}
+
+# shm_run K SECOND: run K of the shm scenario; SECOND=1 adds the death during the shrink.
+shm_run() {
+    plan "$1" "$2"
     label="shm run $k (kill $victim${extra:+, $second dies ${ms}ms into its shrink})"
     rm -f "$TMP"/*.pid
     # shellcheck disable=SC2086
@@ -87,13 +93,7 @@ shm_run() {
 
 # tcp_run K SECOND: the same on 4 emulated hosts x 2 ranks, every peer over tcp.
 tcp_run() {
-    k=$1 with_second=$2
-    victim=$(((k * 3 + 5) % 8))
-    second=-1 extra="" want=7
-    if [ "$with_second" -eq 1 ]; then
-        second=$(((victim + 3) % 8)) ms=$(((k * 7) % 40)) want=6
-        extra="--die-in-shrink $second:$ms"
-    fi
+    plan "$1" "$2"
     label="tcp run $k (kill $victim${extra:+, $second dies ${ms}ms into its shrink})"
     rm -f "$TMP"/*.pid
     PREFIX="cfs$$"
