@@ -258,14 +258,18 @@ chorus_status_t chorus_reduce(const void *sendbuf, void *recvbuf, size_t count,
 chorus_status_t chorus_alltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
                                 chorus_dtype_t dtype, chorus_comm_t comm, void *stream);
 
-/* Point to point. Outside a group, a send on host memory blocks until its data has left
- * the buffer and a recv until its data has arrived; on device memory both are queued on
- * `stream` like a collective. Messages between two ranks arrive in the order they were
- * sent. Inside chorus_group_start/end, sends and receives are only recorded, and
+/* Point to point. Outside a group, a send on host memory blocks until the peer has posted
+ * the matching receive and the data has left the buffer (as ncclSend: never count on a
+ * send being buffered), and a recv until its data has arrived; on device memory both are
+ * queued on `stream` like a collective. Messages between two ranks arrive in the order
+ * they were sent. Inside chorus_group_start/end, sends and receives are only recorded, and
  * chorus_group_end runs them all together, so that exchanges cannot deadlock.
  * Matching: each send is one message, received by the peer's receive from this rank in
- * the same position, which must have the same size in bytes (else the receiving rank
- * gets CHORUS_ERR_REMOTE); either side may be host or device memory, in a group or not. */
+ * the same position, which must have the same count and datatype (else both ranks get
+ * CHORUS_ERR_MISMATCH naming both calls; with CHORUS_CHECK_CALLS=0 only the size in bytes
+ * is checked, and the receiver gets CHORUS_ERR_REMOTE); either side may be host or device
+ * memory, in a group or not. A send or receive that waits for a peer which went on to a
+ * collective needing this rank is CHORUS_ERR_MISMATCH too. */
 chorus_status_t chorus_send(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
                             chorus_comm_t comm, void *stream);
 chorus_status_t chorus_recv(void *buf, size_t count, chorus_dtype_t dtype, int peer,

@@ -37,7 +37,7 @@ enum { DIR_SEND = 0, DIR_RECV = 1 };
 /* Per peer of a signed execution. */
 enum { SIG_SEND_OPEN = 1, SIG_RECV_OPEN = 2, SIG_OK = 4, SIG_SEND_LATER = 8 };
 
-_Static_assert(sizeof(chorus_exec_sig_t) == 48, "the signature is 48 bytes without padding");
+_Static_assert(sizeof(chorus_exec_sig_t) == 56, "the signature is 56 bytes without padding");
 
 static int step_is_comm(const chorus_step_t *st)
 {
@@ -219,7 +219,7 @@ static void sig_describe(const chorus_exec_sig_t *s, const chorus_exec_sig_t *o,
         sig_append(buf, cap, &len, " chunk %llu", (unsigned long long)s->chunk_count);
         sep = ", ";
     }
-    if (s->nranks != o->nranks) {
+    if (same && s->nranks != o->nranks) {
         sig_append(buf, cap, &len, "%s%d ranks", sep, (int)s->nranks);
         sep = ", ";
     }
@@ -236,7 +236,8 @@ static int sig_differs(const chorus_exec_t *x, int p)
         return a->magic != b->magic || a->coll != b->coll || a->root != b->nranks ||
                a->nranks != b->root || a->dtype != b->op || a->op != b->dtype ||
                a->count != b->chunk_count || a->chunk_count != b->count ||
-               (a->seq >> 32) != (b->seq & 0xffffffffu) || (a->seq & 0xffffffffu) != (b->seq >> 32);
+               (a->p2p_hash >> 32) != (b->p2p_hash & 0xffffffffu) ||
+               (a->p2p_hash & 0xffffffffu) != (b->p2p_hash >> 32);
     return a->magic != b->magic || a->coll != b->coll || a->dtype != b->dtype ||
            a->op != b->op || a->algo != b->algo || a->root != b->root ||
            a->nranks != b->nranks || a->count != b->count || a->chunk_count != b->chunk_count ||
@@ -619,10 +620,30 @@ out:
     return status;
 }
 
+/* Nonzero when this rank's part of the collective s cannot end before peer p has taken
+ * part: the result here depends on p's input (or, for a broadcast, p is the root). */
+static int sig_needs_peer(const chorus_exec_sig_t *s, int me, int p)
+{
+    switch ((chorus_coll_t)s->coll) {
+    case CHORUS_COLL_ALLREDUCE:
+    case CHORUS_COLL_ALLGATHER:
+    case CHORUS_COLL_REDUCE_SCATTER:
+    case CHORUS_COLL_ALLTOALL:
+    case CHORUS_COLL_BARRIER: return 1;
+    case CHORUS_COLL_REDUCE: return s->root == me;
+    case CHORUS_COLL_BROADCAST: return s->root == p;
+    default: return 0;
+    }
+}
+
 /* A rank that has waited a while looks at what the peers outside its schedule sent: a
  * peer whose call differs may have sent its signature to a rank that is not waiting for it
  * (three ranks can each wait for the next that way). A collective signature there with our
- * collective number that does not match ours is the mismatch. */
+ * collective number that does not match ours is the mismatch. So is a point-to-point
+ * signature from a peer that had not made this collective yet, when this rank's part needs
+ * the peer: the peer waits in that send or receive for this rank's match, which comes only
+ * after this collective, which waits for the peer (a send waits for the receiver's
+ * signature, so the peer cannot have gone past it). */
 static chorus_status_t sig_peek(chorus_exec_t *x)
 {
     const int nranks = x->sched->nranks, me = x->sched->rank;
@@ -642,8 +663,10 @@ static chorus_status_t sig_peek(chorus_exec_t *x)
 
         if (p == me || t->ops == NULL || (x->sig_state[p] & SIG_RECV_OPEN)) continue;
         if (!chorus__tp_peek(t->ops, t->tp, p, rx, sizeof *rx)) continue;
-        if (rx->magic == CHORUS_EXEC_SIG_MAGIC && rx->coll != CHORUS_EXEC_SIG_P2P &&
-            rx->seq == x->sig.seq && sig_differs(x, p))
+        if (rx->magic != CHORUS_EXEC_SIG_MAGIC) continue;
+        if (rx->coll != CHORUS_EXEC_SIG_P2P && rx->seq == x->sig.seq && sig_differs(x, p))
+            return sig_report(x, p);
+        if (rx->coll == CHORUS_EXEC_SIG_P2P && rx->seq < x->sig.seq && sig_needs_peer(&x->sig, me, p))
             return sig_report(x, p);
     }
     return CHORUS_SUCCESS;

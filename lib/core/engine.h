@@ -26,7 +26,7 @@ typedef struct {
 /* A collective call's identity, on which every rank of the call must agree. A signed
  * execution sends it to each peer its schedule exchanges data with, ahead of any data on
  * that ordered channel, and checks the peer's before using anything the peer sent.
- * 48 bytes of fixed-width fields without padding, in host byte order (all ranks of a job
+ * 56 bytes of fixed-width fields without padding, in host byte order (all ranks of a job
  * share one). */
 typedef struct {
     uint32_t magic;       /* CHORUS_EXEC_SIG_MAGIC: tells a signature from stray data */
@@ -39,8 +39,10 @@ typedef struct {
     int32_t nranks;
     uint64_t count;       /* the count argument of the call */
     uint64_t chunk_count; /* the pipeline chunk, which shapes the schedule too */
-    uint64_t seq;         /* collective calls made on the communicator, this one included */
+    uint64_t seq;         /* collective calls made on the communicator, this one included
+                           * (point-to-point: the ones made before it) */
     uint64_t opnum;       /* the "#N" of messages; shown, not compared (p2p advances it) */
+    uint64_t p2p_hash;    /* point-to-point only: see CHORUS_EXEC_SIG_P2P; else 0 */
 } chorus_exec_sig_t;
 
 #define CHORUS_EXEC_SIG_MAGIC 0x31475343u /* "CSG1" */
@@ -49,9 +51,11 @@ typedef struct {
 /* The coll of a point-to-point execution's signatures (chorus__exec_sign_p2p). There is one
  * per peer: dtype and count describe the first send to that peer, op (a dtype) and
  * chunk_count the first receive from it, root and nranks count the sends and receives, and
- * seq holds a 32-bit hash of every send's (dtype, count) above one of every receive's. A
- * peer's signature matches ours when its sends are our receives and its receives our
- * sends. */
+ * p2p_hash holds a 32-bit hash of every send's (dtype, count) above one of every receive's.
+ * A peer's signature matches ours when its sends are our receives and its receives our
+ * sends. seq, the collectives the sender had made, is not compared between the two sides:
+ * it tells a rank in a collective that a peer waiting on it has not come to that collective
+ * yet (engine.c, sig_peek). */
 #define CHORUS_EXEC_SIG_P2P 0xfe
 #define CHORUS_EXEC_SIG_NONE 0xff /* dtype / op of a signature with no send / receive */
 

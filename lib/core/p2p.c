@@ -141,13 +141,14 @@ static chorus_status_t p2p_sign(chorus_comm_t comm, const p2p_op_t *ops, size_t 
         s->coll = CHORUS_EXEC_SIG_P2P;
         s->dtype = s->op = CHORUS_EXEC_SIG_NONE;
         s->opnum = comm->seq;
-        s->seq = (uint64_t)2166136261u << 32 | 2166136261u;
+        s->seq = comm->exec.coll_seq;
+        s->p2p_hash = (uint64_t)2166136261u << 32 | 2166136261u;
     }
     for (size_t i = 0; i < n; i++) {
         chorus_exec_sig_t *s = &sigs[ops[i].peer];
         size_t esize = chorus_dtype_size((chorus_dtype_t)ops[i].dtype);
         uint64_t count = esize ? ops[i].bytes / esize : ops[i].bytes;
-        uint32_t hi = (uint32_t)(s->seq >> 32), lo = (uint32_t)s->seq;
+        uint32_t hi = (uint32_t)(s->p2p_hash >> 32), lo = (uint32_t)s->p2p_hash;
 
         s->magic = CHORUS_EXEC_SIG_MAGIC;
         if (ops[i].is_send) {
@@ -163,7 +164,7 @@ static chorus_status_t p2p_sign(chorus_comm_t comm, const p2p_op_t *ops, size_t 
             }
             lo = p2p_hash(lo, ops[i].dtype, count);
         }
-        s->seq = (uint64_t)hi << 32 | lo;
+        s->p2p_hash = (uint64_t)hi << 32 | lo;
     }
     chorus__exec_sign_p2p(&comm->exec, sigs);
     return CHORUS_SUCCESS;
