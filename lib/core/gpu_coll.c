@@ -127,14 +127,22 @@ chorus_status_t chorus__gpu_wait_event(chorus_gpu_comm_t *g, void *ev, const cha
 
 /* Chooses ipc or staging at the comm's first device collective. Every rank's first device
  * collective is the same call, so the collective ipc_arena_create lines up on all ranks,
- * and it fails on all if it fails on one. */
-static chorus_status_t gpu_choose_path(chorus_gpu_comm_t *g, const char *what)
+ * and it fails on all if it fails on one. That is checked first: the ranks meet in one
+ * step of the host arena that carries the call's device signature, so a rank that made a
+ * host call (or another device call) instead is CHORUS_ERR_MISMATCH on every rank at
+ * once, where the setup's bootstrap exchange would have waited for it until the
+ * deadline. */
+static chorus_status_t gpu_choose_path(chorus_gpu_comm_t *g, const chorus_coll_call_t *call,
+                                       const char *name)
 {
     chorus_comm_t comm = g->comm;
     chorus_ipc_arena_params_t params;
     chorus_status_t status;
+    char what[64];
 
     g->path_chosen = 1;
+    /* The "#N" gpu_run_op will give the call (the queue has drained). */
+    snprintf(what, sizeof what, "%s #%llu", name, (unsigned long long)comm->seq + 1);
     /* CHORUS_GPU_PATH=direct is for send/recv: a collective's schedule reduces with the CPU
      * kernels, which cannot read device memory (gpu_direct.c), so collectives choose as
      * under auto. */
@@ -150,6 +158,15 @@ static chorus_status_t gpu_choose_path(chorus_gpu_comm_t *g, const char *what)
                              "rank %d: %s: CHORUS_GPU_PATH=ipc needs every rank on one host "
                              "with the shared arena",
                              comm->rank, what);
+    }
+    if (comm->check_calls) {
+        status = chorus__arena_step(comm->arena, call->coll, call->count, call->dtype, call->op,
+                                    comm->exec.coll_seq + 1, what);
+        if (status != CHORUS_SUCCESS) {
+            g->path = GPU_PATH_STAGING;
+            return chorus__error_context(status, "rank %d: %s: before setting up CUDA IPC",
+                                         comm->rank, what);
+        }
     }
     memset(&params, 0, sizeof params);
     params.rank = comm->rank;
@@ -613,7 +630,7 @@ static chorus_status_t gpu_submit(chorus_comm_t comm, chorus_gpu_op_t *op, int d
      * device memory, and a free waits for every stream, including one held by our wait. */
     if (status == CHORUS_SUCCESS && op->kind == GPU_OP_COLL && !comm->gpu->path_chosen) {
         chorus__gpu_drain(comm);
-        status = gpu_choose_path(comm->gpu, opname);
+        status = gpu_choose_path(comm->gpu, &op->call, opname);
     }
     /* Send/recv choose per op, from the transports of their peers, here so that a forced
      * path that cannot run fails the call that asked for it. */
