@@ -116,10 +116,11 @@ void chorus__arena_next_is_device(chorus_arena_t *arena);
 chorus_status_t chorus__arena_cross_check(chorus_arena_t *arena, const char *what);
 
 /* What the local peer of comm rank `rank` published with chorus__arena_note_call: returns 1
- * with the comm's number of its collective in *coll_seq_p and a description in text (at
- * least 96 bytes), 0 when it is not a local peer or has published nothing. */
+ * with the comm's number of its collective in *coll_seq_p, the collective and its root
+ * (low 16 bits) and a description in text (at least 96 bytes), 0 when it is not a local
+ * peer or has published nothing. */
 int chorus__arena_peer_call(const chorus_arena_t *arena, int rank, uint64_t *coll_seq_p,
-                            char *text, size_t len);
+                            chorus_coll_t *coll_p, int *root_p, char *text, size_t len);
 
 /* Marks this rank failed in the arena (peers' waits end with an error naming it) and
  * returns status: for a caller outside lib/arena that failed between steps. */

@@ -161,7 +161,7 @@ chorus_status_t chorus__arena_cross_check(chorus_arena_t *a, const char *what)
 }
 
 int chorus__arena_peer_call(const chorus_arena_t *a, int rank, uint64_t *coll_seq_p,
-                            char *text, size_t len)
+                            chorus_coll_t *coll_p, int *root_p, char *text, size_t len)
 {
     for (int r = 0; r < a->n; r++) {
         const arena_ctl_t *c = &a->ctl[r];
@@ -174,6 +174,8 @@ int chorus__arena_peer_call(const chorus_arena_t *a, int rank, uint64_t *coll_se
         atomic_thread_fence(memory_order_acquire);
         if (seq == 0 || atomic_load_explicit(&c->call_seq, memory_order_relaxed) != seq) return 0;
         *coll_seq_p = seq - 1;
+        *coll_p = (chorus_coll_t)(sig.coll & ~ARENA_SIG_DEVICE);
+        *root_p = sig.root;
         arena__sig_text(&sig, text, len);
         return 1;
     }

@@ -616,15 +616,17 @@ static chorus_status_t core_stall_check(void *arg, const char *what)
 
     if (comm->arena == NULL) return CHORUS_SUCCESS;
     if (x->sig.coll != CHORUS_EXEC_SIG_P2P) return chorus__arena_cross_check(comm->arena, what);
-    /* A send or receive waits on a peer that went on to the next collective: that peer
-     * never posts the match (its collective needs this rank first). */
+    /* A send or receive waits on a peer that went on to the next collective: when that
+     * collective needs this rank, the peer never posts the match. (One that does not, like
+     * a broadcast from the peer itself, ends, and the peer comes back to the match.) */
     for (int k = 0; k < x->nsig_peers; k++) {
-        int p = x->sig_peers[k];
+        int p = x->sig_peers[k], root;
         uint64_t seq;
+        chorus_coll_t coll;
         char text[128];
         if (!chorus__exec_waits_for_sig(x, p) ||
-            !chorus__arena_peer_call(comm->arena, p, &seq, text, sizeof text) ||
-            seq != x->coll_seq + 1)
+            !chorus__arena_peer_call(comm->arena, p, &seq, &coll, &root, text, sizeof text) ||
+            seq != x->coll_seq + 1 || !chorus__coll_needs_peer(coll, root, p, comm->rank))
             continue;
         return chorus__error(CHORUS_ERR_MISMATCH,
                              "rank %d: %s with rank %d, but rank %d called %s (its next "

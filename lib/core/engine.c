@@ -620,18 +620,16 @@ out:
     return status;
 }
 
-/* Nonzero when this rank's part of the collective s cannot end before peer p has taken
- * part: the result here depends on p's input (or, for a broadcast, p is the root). */
-static int sig_needs_peer(const chorus_exec_sig_t *s, int me, int p)
+int chorus__coll_needs_peer(chorus_coll_t coll, int root, int me, int p)
 {
-    switch ((chorus_coll_t)s->coll) {
+    switch (coll) {
     case CHORUS_COLL_ALLREDUCE:
     case CHORUS_COLL_ALLGATHER:
     case CHORUS_COLL_REDUCE_SCATTER:
     case CHORUS_COLL_ALLTOALL:
     case CHORUS_COLL_BARRIER: return 1;
-    case CHORUS_COLL_REDUCE: return s->root == me;
-    case CHORUS_COLL_BROADCAST: return s->root == p;
+    case CHORUS_COLL_REDUCE: return root == me;
+    case CHORUS_COLL_BROADCAST: return root == p;
     default: return 0;
     }
 }
@@ -666,7 +664,8 @@ static chorus_status_t sig_peek(chorus_exec_t *x)
         if (rx->magic != CHORUS_EXEC_SIG_MAGIC) continue;
         if (rx->coll != CHORUS_EXEC_SIG_P2P && rx->seq == x->sig.seq && sig_differs(x, p))
             return sig_report(x, p);
-        if (rx->coll == CHORUS_EXEC_SIG_P2P && rx->seq < x->sig.seq && sig_needs_peer(&x->sig, me, p))
+        if (rx->coll == CHORUS_EXEC_SIG_P2P && rx->seq < x->sig.seq &&
+            chorus__coll_needs_peer((chorus_coll_t)x->sig.coll, x->sig.root, me, p))
             return sig_report(x, p);
     }
     return CHORUS_SUCCESS;

@@ -114,6 +114,12 @@ typedef struct chorus_exec {
     int cap_sig_ranks;
 } chorus_exec_t;
 
+/* Nonzero when rank me's part of collective coll (root for broadcast and reduce) cannot
+ * end before rank p has taken part: the result at me depends on p's input, or p is the
+ * broadcast's root. A send or receive between the two that waits for me while I am in
+ * such a call is a deadlock (sends are not buffered). */
+int chorus__coll_needs_peer(chorus_coll_t coll, int root, int me, int p);
+
 /* Prepares x to run sched with the given buffers. Does not communicate yet. */
 chorus_status_t chorus__exec_start(chorus_exec_t *x, const chorus_sched_t *sched,
                                    void *const bufs[CHORUS_NUM_BUFS], chorus_dtype_t dtype,

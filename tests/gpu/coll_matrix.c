@@ -539,6 +539,11 @@ static int gt_mismatch(void)
     size_t count = rank == n - 1 ? 2 * COUNT : COUNT;
     void *d = gt_dev(0, 2 * count * sizeof(float));
     chorus_status_t st, async = CHORUS_SUCCESS;
+    /* A matching device call first sets the device path up (its set-up meets the other
+     * ranks and would refuse the mismatched call at once): the mismatch is then found
+     * where it runs, asynchronously. */
+    gt_die(chorus_allreduce(d, (char *)d + COUNT * sizeof(float), COUNT, CHORUS_FLOAT32,
+                            CHORUS_SUM, comm, g_stream), "a matching device allreduce");
     st = chorus_allreduce(d, (char *)d + count * sizeof(float), count, CHORUS_FLOAT32,
                           CHORUS_SUM, comm, g_stream);
     gt_expect(st == CHORUS_SUCCESS, rank, "the mismatched call is queued");

@@ -196,15 +196,17 @@ static double run_case(const case_t *c, chorus_comm_t base, int rank, int n)
  * broadcast up (past the engine's peek delay). Every rank must succeed with the right
  * bytes. (Were the sender a child of rank 0 in the broadcast, rank 0 would wait for its
  * signature and the program would deadlock, as it would with NCCL, whose sends are not
- * buffered either. So the sender is one the broadcasts chosen at 2-8 ranks do not make
- * rank 0's peer: the tree of tree.c gives the root one child, the largest power of two
- * below the ranks, so from 4 ranks rank 1; at 3 ranks the last.) */
+ * buffered either. So the sender is one that the broadcasts do not make rank 0's peer: the
+ * tree of tree.c gives the root one child, the largest power of two below the ranks, and
+ * the ring's chain rank 1, so from 4 ranks rank 3; at 3 ranks the last, which the tree
+ * makes rank 0's child: there the control holds for the chosen algorithm and for
+ * CHORUS_ALGO=ring, not for a forced tree.) */
 #define LEGAL_CASE "legal-send-before-broadcast"
 
 static void run_legal(chorus_comm_t base, int rank, int n)
 {
     int32_t msg[64], got[64], data[64];
-    const int from = n > 3 ? 1 : n - 1;
+    const int from = n > 3 ? 3 : n - 1;
     chorus_comm_t comm = NULL;
     chorus_status_t st;
 
