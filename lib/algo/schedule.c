@@ -141,11 +141,22 @@ typedef struct {
     uint32_t readers; /* head of a reader list in the pool, or SCHED_NONE */
 } seg_t;
 
+/* A gap buffer: segments 0 .. gap-1 at the front of v, gap .. n-1 at its back, the free
+ * cap - n in between, at the place of the last edit. Algorithms edit near where they
+ * edited last (a ring moves one chunk per step), so moving the gap costs little, where a
+ * plain array moved the whole tail on every edit: a 4,096-rank ring allreduce's schedule
+ * spent 3/4 of its 16 ms in memmove. */
 typedef struct {
     seg_t *v;
     uint32_t n;
     uint32_t cap;
+    uint32_t gap;
 } segmap_t;
+
+static inline seg_t *seg_at(const segmap_t *m, uint32_t i)
+{
+    return &m->v[i < m->gap ? i : i + (m->cap - m->n)];
+}
 
 typedef struct {
     uint32_t step;
@@ -225,7 +236,7 @@ static uint32_t seg_find(const segmap_t *m, uint64_t off)
 
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (m->v[mid].end <= off)
+        if (seg_at(m, mid)->end <= off)
             lo = mid + 1;
         else
             hi = mid;
@@ -233,17 +244,34 @@ static uint32_t seg_find(const segmap_t *m, uint64_t off)
     return lo;
 }
 
-/* Replaces segments [i0, i1) of m with the nrep segments rep. */
+/* Replaces segments [i0, i1) of m with the nrep segments rep (not inside m). */
 static void seg_splice(dep_ctx_t *c, segmap_t *m, uint32_t i0, uint32_t i1, const seg_t *rep,
                        uint32_t nrep)
 {
-    uint64_t n = (uint64_t)m->n - (i1 - i0) + nrep;
+    const size_t sz = sizeof(seg_t);
+    uint32_t free_n = m->cap - m->n;
 
-    if (dep_grow32(c, (void **)&m->v, &m->cap, n, sizeof(seg_t))) return;
-    if (nrep != i1 - i0)
-        memmove(&m->v[i0 + nrep], &m->v[i1], (size_t)(m->n - i1) * sizeof(seg_t));
-    memcpy(&m->v[i0], rep, (size_t)nrep * sizeof(seg_t));
-    m->n = (uint32_t)n;
+    /* The gap moves to i0... */
+    if (m->gap > i0)
+        memmove(&m->v[i0 + free_n], &m->v[i0], (size_t)(m->gap - i0) * sz);
+    else if (m->gap < i0)
+        memmove(&m->v[m->gap], &m->v[m->gap + free_n], (size_t)(i0 - m->gap) * sz);
+    m->gap = i0;
+    /* ...swallows [i0, i1)... */
+    m->n -= i1 - i0;
+    /* ...grows, the back half moving to the new end, when rep does not fit... */
+    if (m->cap - m->n < nrep) {
+        uint32_t old_cap = m->cap, tail = m->n - m->gap;
+        if (dep_grow32(c, (void **)&m->v, &m->cap, (uint64_t)m->n + nrep, sz)) {
+            m->n += i1 - i0; /* as it was, gap moved: the map still reads the same */
+            return;
+        }
+        memmove(&m->v[m->cap - tail], &m->v[old_cap - tail], (size_t)tail * sz);
+    }
+    /* ...and rep fills its front. */
+    memcpy(&m->v[m->gap], rep, (size_t)nrep * sz);
+    m->gap += nrep;
+    m->n += nrep;
 }
 
 /* Makes off a segment boundary (splits the segment that strictly contains it). */
@@ -252,9 +280,9 @@ static void seg_split(dep_ctx_t *c, segmap_t *m, uint64_t off)
     uint32_t i = seg_find(m, off);
     seg_t two[2];
 
-    if (i == m->n || m->v[i].start >= off) return;
-    two[0] = m->v[i];
-    two[1] = m->v[i];
+    if (i == m->n || seg_at(m, i)->start >= off) return;
+    two[0] = *seg_at(m, i);
+    two[1] = two[0];
     two[0].end = off;
     two[1].start = off;
     seg_splice(c, m, i, i + 1, two, 2);
@@ -269,9 +297,9 @@ static void dep_write(dep_ctx_t *c, segmap_t *m, uint64_t lo, uint64_t hi, uint3
     seg_split(c, m, hi);
     if (c->status != CHORUS_SUCCESS) return;
     i0 = seg_find(m, lo);
-    for (i1 = i0; i1 < m->n && m->v[i1].start < hi; i1++) {
-        dep_edge(c, m->v[i1].writer, cur);
-        for (i = m->v[i1].readers; i != SCHED_NONE; i = c->pool[i].next)
+    for (i1 = i0; i1 < m->n && seg_at(m, i1)->start < hi; i1++) {
+        dep_edge(c, seg_at(m, i1)->writer, cur);
+        for (i = seg_at(m, i1)->readers; i != SCHED_NONE; i = c->pool[i].next)
             dep_edge(c, c->pool[i].step, cur);
     }
     seg_splice(c, m, i0, i1, &w, 1);
@@ -286,15 +314,16 @@ static void dep_read(dep_ctx_t *c, segmap_t *m, uint64_t lo, uint64_t hi, uint32
     seg_split(c, m, hi);
     if (c->status != CHORUS_SUCCESS) return;
     i0 = seg_find(m, lo);
-    for (i1 = i0; i1 < m->n && m->v[i1].start < hi; i1++) {
+    for (i1 = i0; i1 < m->n && seg_at(m, i1)->start < hi; i1++) {
+        const seg_t *g = seg_at(m, i1);
         if (dep_grow32(c, (void **)&c->tmp, &c->cap_tmp, (uint64_t)n + 2, sizeof(seg_t))) return;
-        if (m->v[i1].start > pos) {
-            seg_t gap = {pos, m->v[i1].start, SCHED_NONE, dep_node(c, cur, SCHED_NONE)};
+        if (g->start > pos) {
+            seg_t gap = {pos, g->start, SCHED_NONE, dep_node(c, cur, SCHED_NONE)};
             c->tmp[n++] = gap;
         }
-        dep_edge(c, m->v[i1].writer, cur);
-        c->tmp[n] = m->v[i1];
-        c->tmp[n].readers = dep_node(c, cur, m->v[i1].readers);
+        dep_edge(c, g->writer, cur);
+        c->tmp[n] = *g;
+        c->tmp[n].readers = dep_node(c, cur, g->readers);
         pos = c->tmp[n++].end;
     }
     if (pos < hi) {
