@@ -418,8 +418,8 @@ static int case_leak(chorus_comm_t comm, int nops)
     }
     OK(chorus_wait_all(WINDOW, r));
     proc_counts(&th, &fd, &rss);
-    printf("rank %d: after %d ops: threads %ld -> %ld, fds %ld -> %ld, private rss %ld -> %ld kB\n",
-           g_rank, nops, th0, th, fd0, fd, rss0, rss);
+    printf("rank %d: after %d ops: threads %ld -> %ld, fds %ld -> %ld, private rss %ld -> %ld "
+           "kB\n", g_rank, nops, th0, th, fd0, fd, rss0, rss);
     CHECK(th == th0 && fd == fd0, "threads or fds grew");
     CHECK(rss < rss0 + 2048, "RSS grew by %ld kB", rss - rss0);
     return 0;
