@@ -46,7 +46,7 @@ LDLIBS   += $(CONFIG_LIBS) -lpthread -lm -lrt -ldl
 
 LIB_SRCS  := $(sort $(wildcard kernels/*.c lib/*/*.c lib/transport/*/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-TOOL_NAMES:= chorusrun
+TOOL_NAMES:= chorusrun chorus-sim
 BENCH_NAMES := chorus-bench chorus-fabric tcp-ceiling shm-floor
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
@@ -100,6 +100,10 @@ $(TREE_PC) $(TREE_CMAKE) &: tools/write-pkg-files.sh tools/chorus.pc.in \
 
 # Each tool is the .c files of its folder, linked statically against libchorus.
 $(BUILD)/bin/chorusrun: $(wildcard tools/chorusrun/*.c) $(STATIC_LIB) $(CONFIG)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
+
+$(BUILD)/bin/chorus-sim: $(wildcard tools/chorus-sim/*.c) $(STATIC_LIB) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
 

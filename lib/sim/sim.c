@@ -1,0 +1,689 @@
+/*
+ * The replay of every rank's schedule on a fabric (sim.h says what is modelled).
+ *
+ * Schedules are built with lib/algo exactly as a communicator builds them, then kept in a
+ * compact form: per step its kind, its peer relative to the rank ((peer - rank) mod n),
+ * its bytes, its successors, how many steps it waits for, and, for a SEND or RECV, its
+ * ordinal among the rank's messages to or from that relative peer. Ranks whose compact
+ * schedules are equal share one ("classes"); what a run changes (dependencies left, a
+ * RECV posted or its data arrived) lives in per-rank arrays of 5 bytes per step.
+ *
+ * Matching: the k-th SEND from a to b is the k-th RECV on b from a, as in the engine; b's
+ * class keeps its RECV steps sorted by relative peer and ordinal, so the match is a lookup.
+ *
+ * Events are kept in a binary heap ordered by time, then by the order they were made, so
+ * a run is deterministic. Flows are the network's (flow.h); between two events the rates
+ * do not change.
+ */
+#include "sim/sim.h"
+
+#include "sim/flow.h"
+#include "util/clock.h"
+#include "util/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { EV_READY = 0, EV_FLOW, EV_ARRIVE, EV_DONE };
+enum { F_POSTED = 1, F_ARRIVED = 2 };
+
+typedef struct {
+    uint64_t hash;
+    uint32_t nsteps;
+    uint8_t *kind;
+    int32_t *relpeer;
+    uint64_t *bytes;
+    uint32_t *ndeps;
+    uint32_t *succ_begin; /* nsteps + 1 */
+    uint32_t *succ;
+    uint32_t *ordinal;
+    /* RECV steps sorted by (relpeer, ordinal); per distinct relpeer its first index. */
+    uint32_t nrecv;
+    uint32_t *recv_step;
+    int32_t *rp_peer;
+    uint32_t *rp_begin; /* nrp + 1 */
+    uint32_t nrp;
+} sim_class_t;
+
+typedef struct {
+    double t;
+    uint64_t seq;
+    uint32_t rank, step;
+    uint8_t type;
+} sim_ev_t;
+
+typedef struct {
+    chorus_fabric_t *fab;
+    const chorus_sim_args_t *a;
+    int n;
+    size_t esize;
+    double msg_s, reduce_Bps, copy_Bps;
+    double *stretch; /* per rank */
+    sim_class_t **classes;
+    int nclasses, capclasses;
+    int *cls;        /* per rank */
+    uint64_t *base;  /* per rank: its first step in the per-step arrays */
+    uint32_t *deps_left;
+    uint8_t *flags;
+    double *cpu_free;
+    sim_ev_t *heap;
+    size_t nheap, capheap;
+    uint64_t seq;
+    size_t mem, mem_peak;
+    chorus_flownet_t *net;
+    uint64_t events, messages;
+    double finish;
+} sim_t;
+
+static void sim_mem(sim_t *s, long delta)
+{
+    s->mem = (size_t)((long)s->mem + delta);
+    if (s->mem > s->mem_peak) s->mem_peak = s->mem;
+}
+
+double chorus__sim_bus_factor(chorus_coll_t coll, int n)
+{
+    switch (coll) {
+    case CHORUS_COLL_ALLREDUCE: return n > 1 ? 2.0 * (n - 1) / n : 0;
+    case CHORUS_COLL_ALLGATHER:
+    case CHORUS_COLL_REDUCE_SCATTER:
+    case CHORUS_COLL_ALLTOALL: return n > 1 ? (double)(n - 1) / n : 0;
+    case CHORUS_COLL_BROADCAST:
+    case CHORUS_COLL_REDUCE: return 1;
+    default: return 0;
+    }
+}
+
+/* ---- Classes ---- */
+
+static void class_free(sim_class_t *c)
+{
+    if (c == NULL) return;
+    free(c->kind);
+    free(c->relpeer);
+    free(c->bytes);
+    free(c->ndeps);
+    free(c->succ_begin);
+    free(c->succ);
+    free(c->ordinal);
+    free(c->recv_step);
+    free(c->rp_peer);
+    free(c->rp_begin);
+    free(c);
+}
+
+static size_t class_bytes(const sim_class_t *c, uint64_t nsucc)
+{
+    return c->nsteps * (sizeof *c->kind + sizeof *c->relpeer + sizeof *c->bytes +
+                        sizeof *c->ndeps + sizeof *c->succ_begin + sizeof *c->ordinal) +
+           nsucc * sizeof *c->succ + c->nrecv * sizeof *c->recv_step +
+           c->nrp * (sizeof *c->rp_peer + sizeof *c->rp_begin) + sizeof *c;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+static int class_equal(const sim_class_t *x, const sim_class_t *y)
+{
+    uint32_t n = x->nsteps;
+    if (x->hash != y->hash || n != y->nsteps) return 0;
+    return memcmp(x->kind, y->kind, n * sizeof *x->kind) == 0 &&
+           memcmp(x->relpeer, y->relpeer, n * sizeof *x->relpeer) == 0 &&
+           memcmp(x->bytes, y->bytes, n * sizeof *x->bytes) == 0 &&
+           memcmp(x->ndeps, y->ndeps, n * sizeof *x->ndeps) == 0 &&
+           memcmp(x->succ_begin, y->succ_begin, (n + 1) * sizeof *x->succ_begin) == 0 &&
+           memcmp(x->succ, y->succ, x->succ_begin[n] * sizeof *x->succ) == 0;
+}
+
+static int cmp_recv(const void *p, const void *q, void *arg);
+
+/* The compact form of rank r's schedule s. */
+static sim_class_t *class_make(const chorus_sched_t *s, int r, int n, size_t esize,
+                               uint32_t *counter /* 2n zeros, left zeroed */)
+{
+    sim_class_t *c = calloc(1, sizeof *c);
+    uint32_t ns = s->nsteps, nsucc = 0;
+    uint64_t h = ns;
+
+    if (c == NULL) return NULL;
+    for (uint32_t i = 0; i < ns; i++) nsucc += s->steps[i].nsucc;
+    c->nsteps = ns;
+    c->kind = malloc(ns + 1);
+    c->relpeer = malloc((ns + 1) * sizeof *c->relpeer);
+    c->bytes = malloc((ns + 1) * sizeof *c->bytes);
+    c->ndeps = malloc((ns + 1) * sizeof *c->ndeps);
+    c->succ_begin = malloc((ns + 1) * sizeof *c->succ_begin);
+    c->succ = malloc(((size_t)nsucc + 1) * sizeof *c->succ);
+    c->ordinal = malloc((ns + 1) * sizeof *c->ordinal);
+    if (!c->kind || !c->relpeer || !c->bytes || !c->ndeps || !c->succ_begin || !c->succ ||
+        !c->ordinal)
+        goto fail;
+    nsucc = 0;
+    for (uint32_t i = 0; i < ns; i++) {
+        const chorus_step_t *st = &s->steps[i];
+        int msg = st->kind == CHORUS_STEP_SEND || st->kind == CHORUS_STEP_RECV;
+        c->kind[i] = st->kind;
+        c->relpeer[i] = msg ? (st->peer - r + n) % n : 0;
+        c->bytes[i] = st->count * esize;
+        c->ndeps[i] = st->ndeps;
+        c->succ_begin[i] = nsucc;
+        for (uint32_t k = 0; k < st->nsucc; k++) c->succ[nsucc++] = s->succ[st->succ_begin + k];
+        c->ordinal[i] = 0;
+        if (msg) {
+            /* Sends and receives counted apart, per relative peer. */
+            c->ordinal[i] = counter[2 * c->relpeer[i] + (st->kind == CHORUS_STEP_RECV)]++;
+            c->nrecv += st->kind == CHORUS_STEP_RECV;
+        }
+        h = mix(h, st->kind);
+        h = mix(h, (uint64_t)c->relpeer[i]);
+        h = mix(h, c->bytes[i]);
+        h = mix(h, st->ndeps);
+        h = mix(h, st->nsucc);
+    }
+    c->succ_begin[ns] = nsucc;
+    for (uint32_t i = 0; i < nsucc; i++) h = mix(h, c->succ[i]);
+    c->hash = h;
+    for (uint32_t i = 0; i < ns; i++)
+        if (c->kind[i] == CHORUS_STEP_SEND || c->kind[i] == CHORUS_STEP_RECV)
+            counter[2 * c->relpeer[i]] = counter[2 * c->relpeer[i] + 1] = 0;
+    /* The RECV index. */
+    c->recv_step = malloc(((size_t)c->nrecv + 1) * sizeof *c->recv_step);
+    c->rp_peer = malloc(((size_t)c->nrecv + 1) * sizeof *c->rp_peer);
+    c->rp_begin = malloc(((size_t)c->nrecv + 2) * sizeof *c->rp_begin);
+    if (!c->recv_step || !c->rp_peer || !c->rp_begin) goto fail;
+    {
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < ns; i++)
+            if (c->kind[i] == CHORUS_STEP_RECV) c->recv_step[k++] = i;
+        qsort_r(c->recv_step, c->nrecv, sizeof *c->recv_step, cmp_recv, c);
+        for (uint32_t j = 0; j < c->nrecv; j++) {
+            int32_t rp = c->relpeer[c->recv_step[j]];
+            if (c->nrp == 0 || c->rp_peer[c->nrp - 1] != rp) {
+                c->rp_peer[c->nrp] = rp;
+                c->rp_begin[c->nrp++] = j;
+            }
+        }
+        c->rp_begin[c->nrp] = c->nrecv;
+    }
+    return c;
+fail:
+    class_free(c);
+    return NULL;
+}
+
+static int cmp_recv(const void *p, const void *q, void *arg)
+{
+    const sim_class_t *c = arg;
+    uint32_t a = *(const uint32_t *)p, b = *(const uint32_t *)q;
+    if (c->relpeer[a] != c->relpeer[b]) return c->relpeer[a] < c->relpeer[b] ? -1 : 1;
+    return c->ordinal[a] < c->ordinal[b] ? -1 : c->ordinal[a] > c->ordinal[b];
+}
+
+/* The RECV of class c from relative peer rp with ordinal k, or UINT32_MAX. */
+static uint32_t class_recv(const sim_class_t *c, int32_t rp, uint32_t k)
+{
+    uint32_t lo = 0, hi = c->nrp;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (c->rp_peer[mid] < rp) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == c->nrp || c->rp_peer[lo] != rp || c->rp_begin[lo] + k >= c->rp_begin[lo + 1])
+        return UINT32_MAX;
+    return c->recv_step[c->rp_begin[lo] + k];
+}
+
+/* ---- Events ---- */
+
+static int ev_before(const sim_ev_t *x, const sim_ev_t *y)
+{
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+static int ev_push(sim_t *s, double t, int type, uint32_t rank, uint32_t step)
+{
+    size_t i;
+    sim_ev_t e = {t, s->seq++, rank, step, (uint8_t)type};
+
+    if (s->nheap == s->capheap) {
+        size_t cap = s->capheap ? 2 * s->capheap : 4096;
+        sim_ev_t *h = realloc(s->heap, cap * sizeof *h);
+        if (h == NULL) return -1;
+        sim_mem(s, (long)((cap - s->capheap) * sizeof *h));
+        s->heap = h;
+        s->capheap = cap;
+    }
+    i = s->nheap++;
+    while (i > 0 && ev_before(&e, &s->heap[(i - 1) / 2])) {
+        s->heap[i] = s->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->heap[i] = e;
+    return 0;
+}
+
+static sim_ev_t ev_pop(sim_t *s)
+{
+    sim_ev_t top = s->heap[0], last = s->heap[--s->nheap];
+    size_t i = 0;
+
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= s->nheap) break;
+        if (c + 1 < s->nheap && ev_before(&s->heap[c + 1], &s->heap[c])) c++;
+        if (!ev_before(&s->heap[c], &last)) break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (s->nheap > 0) s->heap[i] = last;
+    return top;
+}
+
+/* ---- The run ---- */
+
+static chorus_status_t sim_counts(const chorus_sim_args_t *a, int n, size_t esize,
+                                  uint64_t *count_p)
+{
+    uint64_t elems = a->bytes / esize;
+
+    if (a->bytes % esize != 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: %llu bytes are not whole %zu-byte "
+                             "elements", (unsigned long long)a->bytes, esize);
+    switch (a->coll) {
+    case CHORUS_COLL_ALLGATHER:
+    case CHORUS_COLL_REDUCE_SCATTER:
+    case CHORUS_COLL_ALLTOALL:
+        if (elems % (uint64_t)n != 0)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                                 "sim: %s of %llu bytes does not split over %d ranks",
+                                 chorus__coll_name(a->coll), (unsigned long long)a->bytes, n);
+        *count_p = elems / (uint64_t)n;
+        return CHORUS_SUCCESS;
+    case CHORUS_COLL_BARRIER: *count_p = 0; return CHORUS_SUCCESS;
+    default: *count_p = elems; return CHORUS_SUCCESS;
+    }
+}
+
+static chorus_status_t sim_build(sim_t *s, uint64_t count)
+{
+    const chorus_sim_args_t *a = s->a;
+    chorus_coll_args_t ca;
+    int *host_of = malloc((size_t)s->n * sizeof *host_of);
+    uint32_t *counter = calloc(2 * (size_t)s->n, sizeof *counter);
+    chorus_status_t st = CHORUS_SUCCESS;
+    uint64_t total = 0;
+    int nhosts = 0;
+
+    if (host_of == NULL || counter == NULL) {
+        st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %d ranks", s->n);
+        goto out;
+    }
+    for (int r = 0; r < s->n; r++) {
+        host_of[r] = chorus__fabric_host_of(s->fab, r);
+        if (host_of[r] + 1 > nhosts) nhosts = host_of[r] + 1;
+    }
+    memset(&ca, 0, sizeof ca);
+    ca.coll = a->coll;
+    ca.nranks = s->n;
+    ca.count = count;
+    ca.root = a->root;
+    ca.chunk_count = a->chunk_bytes / s->esize;
+    ca.host_of = host_of;
+    ca.nhosts = nhosts;
+    for (int r = 0; r < s->n; r++) {
+        chorus_sched_t sched;
+        sim_class_t *c;
+        int found = -1;
+
+        ca.rank = r;
+        chorus__sched_init(&sched, r, s->n);
+        st = chorus__algo_build(a->algo, &ca, &sched);
+        if (st != CHORUS_SUCCESS) {
+            chorus__sched_fini(&sched);
+            goto out;
+        }
+        c = class_make(&sched, r, s->n, s->esize, counter);
+        chorus__sched_fini(&sched);
+        if (c == NULL) {
+            st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for rank %d's schedule", r);
+            goto out;
+        }
+        /* The newest classes first: neighbours tend to share. */
+        for (int k = s->nclasses - 1; k >= 0 && k >= s->nclasses - 64; k--)
+            if (class_equal(s->classes[k], c)) {
+                found = k;
+                break;
+            }
+        if (found >= 0) {
+            class_free(c);
+        } else {
+            if (s->nclasses == s->capclasses) {
+                int cap = s->capclasses ? 2 * s->capclasses : 16;
+                sim_class_t **v = realloc(s->classes, (size_t)cap * sizeof *v);
+                if (v == NULL) {
+                    class_free(c);
+                    st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for schedules");
+                    goto out;
+                }
+                s->classes = v;
+                s->capclasses = cap;
+            }
+            sim_mem(s, (long)class_bytes(c, c->succ_begin[c->nsteps]));
+            found = s->nclasses;
+            s->classes[s->nclasses++] = c;
+        }
+        s->cls[r] = found;
+        s->base[r] = total;
+        total += s->classes[found]->nsteps;
+    }
+    s->base[s->n] = total;
+    s->deps_left = malloc((total + 1) * sizeof *s->deps_left);
+    s->flags = calloc(total + 1, 1);
+    if (s->deps_left == NULL || s->flags == NULL) {
+        st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %llu steps",
+                           (unsigned long long)total);
+        goto out;
+    }
+    sim_mem(s, (long)(total * (sizeof *s->deps_left + 1)));
+    for (int r = 0; r < s->n; r++) {
+        const sim_class_t *c = s->classes[s->cls[r]];
+        memcpy(s->deps_left + s->base[r], c->ndeps, c->nsteps * sizeof *c->ndeps);
+    }
+out:
+    free(host_of);
+    free(counter);
+    return st;
+}
+
+/* CPU time of step i of rank r's class c. */
+static double sim_cpu(const sim_t *s, const sim_class_t *c, int r, uint32_t i)
+{
+    double t = 0;
+    switch (c->kind[i]) {
+    case CHORUS_STEP_SEND:
+    case CHORUS_STEP_RECV: t = s->msg_s; break;
+    case CHORUS_STEP_REDUCE: t = (double)c->bytes[i] / s->reduce_Bps; break;
+    case CHORUS_STEP_COPY: t = (double)c->bytes[i] / s->copy_Bps; break;
+    }
+    return t * s->stretch[r];
+}
+
+static chorus_status_t sim_done(sim_t *s, uint32_t r, uint32_t i, double t)
+{
+    const sim_class_t *c = s->classes[s->cls[r]];
+    if (t > s->finish) s->finish = t;
+    for (uint32_t k = c->succ_begin[i]; k < c->succ_begin[i + 1]; k++) {
+        uint32_t j = c->succ[k];
+        if (--s->deps_left[s->base[r] + j] == 0 && ev_push(s, t, EV_READY, r, j))
+            return CHORUS_ERR_NO_MEMORY;
+    }
+    return CHORUS_SUCCESS;
+}
+
+/* The RECV on rank b that the SEND i of rank a (class ca) meets. */
+static chorus_status_t sim_match(const sim_t *s, uint32_t a, const sim_class_t *ca, uint32_t i,
+                                 uint32_t *b_p, uint32_t *j_p)
+{
+    uint32_t b = (uint32_t)((a + (uint32_t)ca->relpeer[i]) % (uint32_t)s->n);
+    const sim_class_t *cb = s->classes[s->cls[b]];
+    uint32_t j = class_recv(cb, (int32_t)((a + s->n - b) % (uint32_t)s->n), ca->ordinal[i]);
+
+    if (j == UINT32_MAX || cb->bytes[j] != ca->bytes[i])
+        return chorus__error(CHORUS_ERR_INTERNAL, "sim: rank %u's send #%u to rank %u has no "
+                             "receive of its size", a, ca->ordinal[i], b);
+    *b_p = b;
+    *j_p = j;
+    return CHORUS_SUCCESS;
+}
+
+/* A RECV posted and with its data: the receiver's software cost, then done. */
+static chorus_status_t sim_recv_done(sim_t *s, const sim_class_t *c, uint32_t r, uint32_t i,
+                                     double t)
+{
+    double start = t > s->cpu_free[r] ? t : s->cpu_free[r];
+    s->cpu_free[r] = start + sim_cpu(s, c, (int)r, i);
+    return ev_push(s, s->cpu_free[r], EV_DONE, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
+}
+
+static chorus_status_t sim_event(sim_t *s, const sim_ev_t *e)
+{
+    const uint32_t r = e->rank, i = e->step;
+    const sim_class_t *c = s->classes[s->cls[r]];
+    uint8_t *fl = &s->flags[s->base[r] + i];
+    chorus_status_t st;
+    double start;
+
+    s->events++;
+    switch (e->type) {
+    case EV_READY:
+        switch (c->kind[i]) {
+        case CHORUS_STEP_SEND:
+            start = e->t > s->cpu_free[r] ? e->t : s->cpu_free[r];
+            s->cpu_free[r] = start + sim_cpu(s, c, (int)r, i);
+            return ev_push(s, s->cpu_free[r], EV_FLOW, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
+        case CHORUS_STEP_RECV:
+            *fl |= F_POSTED;
+            /* Its data may be there already. */
+            return (*fl & F_ARRIVED) ? sim_recv_done(s, c, r, i, e->t) : CHORUS_SUCCESS;
+        default:
+            start = e->t > s->cpu_free[r] ? e->t : s->cpu_free[r];
+            s->cpu_free[r] = start + sim_cpu(s, c, (int)r, i);
+            return ev_push(s, s->cpu_free[r], EV_DONE, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
+        }
+    case EV_ARRIVE:
+        *fl |= F_ARRIVED;
+        return (*fl & F_POSTED) ? sim_recv_done(s, c, r, i, e->t) : CHORUS_SUCCESS;
+    case EV_FLOW: {
+        uint32_t b, j;
+        const int32_t *links;
+        int nl;
+        double lat;
+        st = sim_match(s, r, c, i, &b, &j);
+        if (st == CHORUS_SUCCESS) st = chorus__fabric_route(s->fab, (int)r, (int)b, &links, &nl, &lat);
+        if (st != CHORUS_SUCCESS) return st;
+        if (chorus__flownet_advance(s->net, e->t, NULL, 0) < 0) return CHORUS_ERR_NO_MEMORY;
+        s->messages++;
+        return chorus__flownet_add(s->net, e->t, links, nl, (double)c->bytes[i],
+                                   (uint64_t)r << 32 | i);
+    }
+    case EV_DONE: return sim_done(s, r, i, e->t);
+    }
+    return CHORUS_ERR_INTERNAL;
+}
+
+/* Flows that ended at t: their SEND is done, their data arrives a path's latency later. */
+static chorus_status_t sim_flows_end(sim_t *s, double t)
+{
+    uint64_t tags[256];
+    int got;
+
+    while ((got = chorus__flownet_advance(s->net, t, tags, 256)) > 0) {
+        for (int k = 0; k < got; k++) {
+            uint32_t a = (uint32_t)(tags[k] >> 32), i = (uint32_t)tags[k], b, j;
+            const int32_t *links;
+            int nl;
+            double lat;
+            chorus_status_t st = sim_match(s, a, s->classes[s->cls[a]], i, &b, &j);
+            if (st == CHORUS_SUCCESS)
+                st = chorus__fabric_route(s->fab, (int)a, (int)b, &links, &nl, &lat);
+            if (st != CHORUS_SUCCESS) return st;
+            if (ev_push(s, t, EV_DONE, a, i) || ev_push(s, t + lat, EV_ARRIVE, b, j))
+                return CHORUS_ERR_NO_MEMORY;
+        }
+    }
+    return got < 0 ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
+}
+
+static int cmp_use(const void *p, const void *q)
+{
+    const chorus_sim_link_use_t *x = p, *y = q;
+    return x->util < y->util ? 1 : x->util > y->util ? -1 : 0;
+}
+
+static chorus_status_t sim_links(sim_t *s, chorus_sim_result_t *res)
+{
+    const int nl = chorus__fabric_nlinks(s->fab);
+    const double *carried = chorus__flownet_link_bytes(s->net);
+    chorus_sim_link_use_t *all;
+    int used = 0;
+
+    res->links = NULL;
+    for (int l = 0; l < nl; l++) used += carried[l] > 0;
+    res->nlinks_used = used;
+    if (s->a->top_links <= 0 || used == 0) return CHORUS_SUCCESS;
+    all = malloc((size_t)used * sizeof *all);
+    if (all == NULL) return chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for links");
+    used = 0;
+    for (int l = 0; l < nl; l++) {
+        const chorus_fab_link_t *lk = chorus__fabric_link(s->fab, l);
+        if (carried[l] <= 0) continue;
+        chorus__fabric_link_name(s->fab, l, all[used].name, sizeof all[used].name);
+        all[used].bytes = carried[l];
+        all[used].util = s->finish > 0 ? carried[l] / (lk->bw * s->finish) : 0;
+        used++;
+    }
+    qsort(all, (size_t)used, sizeof *all, cmp_use);
+    res->links = all;
+    res->nlinks_top = used < s->a->top_links ? used : s->a->top_links;
+    return CHORUS_SUCCESS;
+}
+
+static void sim_free(sim_t *s)
+{
+    for (int k = 0; k < s->nclasses; k++) class_free(s->classes[k]);
+    free(s->classes);
+    free(s->cls);
+    free(s->base);
+    free(s->deps_left);
+    free(s->flags);
+    free(s->cpu_free);
+    free(s->stretch);
+    free(s->heap);
+    chorus__flownet_free(s->net);
+}
+
+chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a,
+                                chorus_sim_result_t *res)
+{
+    const chorus_fab_desc_t *d = chorus__fabric_desc(fab);
+    sim_t s;
+    chorus_status_t st;
+    uint64_t count = 0, t0 = chorus__now_ns(), t1;
+    double *caps = NULL;
+    int nl;
+
+    memset(res, 0, sizeof *res);
+    memset(&s, 0, sizeof s);
+    if (a->nranks < 1 || a->nranks > chorus__fabric_nranks(fab))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: %d ranks on a fabric of %d",
+                             a->nranks, chorus__fabric_nranks(fab));
+    if (!chorus__algo_supports(a->algo, a->coll))
+        return chorus__error(CHORUS_ERR_UNSUPPORTED, "sim: %s does not implement %s",
+                             chorus__algo_name(a->algo) ? chorus__algo_name(a->algo) : "?",
+                             chorus__coll_name(a->coll));
+    s.fab = fab;
+    s.a = a;
+    s.n = a->nranks;
+    s.esize = chorus_dtype_size(a->dtype);
+    if (s.esize == 0) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: bad datatype");
+    st = sim_counts(a, s.n, s.esize, &count);
+    if (st != CHORUS_SUCCESS) return st;
+    s.msg_s = d->msg_us * 1e-6;
+    s.reduce_Bps = d->reduce_GBps * 1e9;
+    s.copy_Bps = d->copy_GBps * 1e9;
+    s.cls = malloc((size_t)s.n * sizeof *s.cls);
+    s.base = malloc(((size_t)s.n + 1) * sizeof *s.base);
+    s.cpu_free = calloc((size_t)s.n, sizeof *s.cpu_free);
+    s.stretch = malloc((size_t)s.n * sizeof *s.stretch);
+    if (!s.cls || !s.base || !s.cpu_free || !s.stretch) {
+        st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %d ranks", s.n);
+        goto out;
+    }
+    sim_mem(&s, (long)((size_t)s.n * (sizeof *s.cls + sizeof *s.base + sizeof *s.cpu_free +
+                                      sizeof *s.stretch)));
+    for (int r = 0; r < s.n; r++) {
+        int h = chorus__fabric_host_of(fab, r), local = d->ranks_per_host;
+        if ((h + 1) * d->ranks_per_host > s.n) local = s.n - h * d->ranks_per_host;
+        s.stretch[r] = d->cores_per_host > 0 && local > d->cores_per_host
+                           ? (double)local / d->cores_per_host
+                           : 1;
+    }
+    st = sim_build(&s, count);
+    if (st != CHORUS_SUCCESS) goto out;
+    t1 = chorus__now_ns();
+    res->build_s = (double)(t1 - t0) * 1e-9;
+    nl = chorus__fabric_nlinks(fab);
+    caps = malloc(((size_t)nl + 1) * sizeof *caps);
+    if (caps == NULL) {
+        st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %d links", nl);
+        goto out;
+    }
+    for (int l = 0; l < nl; l++) caps[l] = chorus__fabric_link(fab, l)->bw;
+    st = chorus__flownet_create(caps, nl, &s.net);
+    free(caps);
+    if (st != CHORUS_SUCCESS) goto out;
+    for (int r = 0; r < s.n; r++) {
+        const sim_class_t *c = s.classes[s.cls[r]];
+        for (uint32_t i = 0; i < c->nsteps; i++)
+            if (c->ndeps[i] == 0 && ev_push(&s, 0, EV_READY, (uint32_t)r, i)) {
+                st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for events");
+                goto out;
+            }
+    }
+    for (;;) {
+        double th = s.nheap > 0 ? s.heap[0].t : INFINITY, tf;
+        /* Everything due now first, so that the flows it starts and ends cost one solve of
+         * the rates (a ring's ranks all move at the same instants). */
+        if (th <= chorus__flownet_now(s.net)) {
+            sim_ev_t e = ev_pop(&s);
+            st = sim_event(&s, &e);
+        } else {
+            tf = chorus__flownet_next(s.net);
+            if (isnan(tf)) {
+                st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for the flow rates");
+                goto out;
+            }
+            if (isinf(tf) && isinf(th)) break;
+            if (tf <= th) {
+                st = sim_flows_end(&s, tf);
+            } else {
+                sim_ev_t e = ev_pop(&s);
+                st = sim_event(&s, &e);
+            }
+        }
+        if (st != CHORUS_SUCCESS) {
+            if (st == CHORUS_ERR_NO_MEMORY)
+                st = chorus__error(st, "sim: no memory for events and flows");
+            goto out;
+        }
+    }
+    /* Every step must have run: a schedule that waits for ever is a bug worth knowing. */
+    for (int r = 0; r < s.n; r++) {
+        const sim_class_t *c = s.classes[s.cls[r]];
+        for (uint32_t i = 0; i < c->nsteps; i++)
+            if (s.deps_left[s.base[r] + i] != 0) {
+                st = chorus__error(CHORUS_ERR_INTERNAL,
+                                   "sim: rank %d's step %u never ran (the schedules deadlock)",
+                                   r, i);
+                goto out;
+            }
+    }
+    res->time_s = s.finish;
+    res->algbw_GBps = s.finish > 0 ? (double)a->bytes / s.finish * 1e-9 : 0;
+    res->busbw_GBps = res->algbw_GBps * chorus__sim_bus_factor(a->coll, s.n);
+    res->steps = s.base[s.n];
+    res->messages = s.messages;
+    res->events = s.events;
+    res->solves = chorus__flownet_solves(s.net);
+    res->classes = s.nclasses;
+    res->run_s = (double)(chorus__now_ns() - t1) * 1e-9;
+    st = sim_links(&s, res);
+    res->mem_bytes = s.mem_peak;
+out:
+    sim_free(&s);
+    return st;
+}

@@ -1,0 +1,68 @@
+/*
+ * chorus-sim's engine: replays the real schedules of every rank (lib/algo, the ones the
+ * engine executes) on a described fabric (fabric.h), with messages as flows of a max-min
+ * fair network (flow.h).
+ *
+ * The model of one rank is the engine's: a step starts when the steps it depends on are
+ * done; the rank's CPU does one thing at a time (a message's software cost on each end,
+ * a reduce, a copy), stretched when a host has more ranks than cores; a SEND's data
+ * leaves as a flow once its software cost is paid and is at the receiver the path's
+ * latency after the flow ends; a RECV completes when its data is there and it is posted.
+ *
+ * Memory: ranks whose schedules are the same up to where their peers are (a ring's ranks
+ * all are, with equal shares) share one copy of the schedule, so 4,096 ranks keep a few
+ * bytes per step each for what changes during the run.
+ */
+#ifndef CHORUS_SIM_SIM_H
+#define CHORUS_SIM_SIM_H
+
+#include "algo/algo.h"
+#include "sim/fabric.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    chorus_coll_t coll;
+    chorus_algo_t algo;
+    uint64_t bytes;      /* nccl-tests' size: allreduce, broadcast, reduce: the vector;
+                          * allgather, reduce_scatter, alltoall: the whole buffer of all
+                          * ranks (each rank's part is bytes / ranks) */
+    chorus_dtype_t dtype;
+    int root;
+    uint64_t chunk_bytes; /* 0: the algorithm's own */
+    int nranks;           /* the first nranks ranks of the fabric (hosts filled in order) */
+    int top_links;        /* how many of the busiest links to report (0: none) */
+} chorus_sim_args_t;
+
+typedef struct {
+    char name[96];
+    double util;   /* bytes carried / (bandwidth x time) */
+    double bytes;
+} chorus_sim_link_use_t;
+
+typedef struct {
+    double time_s;
+    double algbw_GBps, busbw_GBps;
+    uint64_t steps;    /* over all ranks */
+    uint64_t messages;
+    uint64_t events;
+    uint64_t solves;   /* flow-rate computations */
+    int classes;       /* distinct schedules kept */
+    size_t mem_bytes;  /* the simulator's own arrays at their largest */
+    double build_s, run_s;
+    int nlinks_used;              /* links that carried anything */
+    int nlinks_top;               /* entries of links */
+    chorus_sim_link_use_t *links; /* the busiest links, busiest first; free() it */
+} chorus_sim_result_t;
+
+/* The bus bandwidth factor of nccl-tests for coll on n ranks (allreduce 2(n-1)/n, ...). */
+double chorus__sim_bus_factor(chorus_coll_t coll, int n);
+
+/* Simulates one call. CHORUS_ERR_UNSUPPORTED when algo does not implement coll,
+ * CHORUS_ERR_INVALID_ARGUMENT for a size that does not split over the ranks or more
+ * ranks than the fabric has. */
+chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *args,
+                                chorus_sim_result_t *res);
+
+#endif

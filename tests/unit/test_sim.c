@@ -1,0 +1,221 @@
+/*
+ * lib/sim: the max-min flow network on cases solved by hand, fabric descriptions and their
+ * errors, routes, and the replay of real schedules against closed forms (a ring
+ * allreduce moves 2(n-1)/n of the vector over its slowest link).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "sim/fabric.h"
+#include "sim/flow.h"
+#include "sim/sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NEAR(a, b, rel) assert_true(fabs((double)(a) - (double)(b)) <= (rel) * fabs((double)(b)))
+
+/* f1 crosses links 0 (10 B/s) and 1 (2 B/s), f2 only link 0: link 1 holds f1 to 2, and
+ * f2 gets the 8 left on link 0; once f1 ends, f2 has all 10. */
+static void test_flow_maxmin(void **state)
+{
+    const double cap[] = {10, 2};
+    const int32_t p1[] = {0, 1}, p2[] = {0};
+    chorus_flownet_t *n;
+    uint64_t tags[4];
+
+    (void)state;
+    assert_int_equal(chorus__flownet_create(cap, 2, &n), CHORUS_SUCCESS);
+    assert_int_equal(chorus__flownet_add(n, 0, p1, 2, 2, 1), CHORUS_SUCCESS);
+    assert_int_equal(chorus__flownet_add(n, 0, p2, 1, 16, 2), CHORUS_SUCCESS);
+    NEAR(chorus__flownet_next(n), 1.0, 1e-12);
+    assert_int_equal(chorus__flownet_advance(n, 1.0, tags, 4), 1);
+    assert_int_equal(tags[0], 1);
+    /* f2 moved 8 in the first second; 8 left at 10 B/s. */
+    NEAR(chorus__flownet_next(n), 1.8, 1e-12);
+    assert_int_equal(chorus__flownet_advance(n, 1.8, tags, 4), 1);
+    assert_int_equal(tags[0], 2);
+    assert_true(isinf(chorus__flownet_next(n)));
+    NEAR(chorus__flownet_link_bytes(n)[0], 18, 1e-12);
+    NEAR(chorus__flownet_link_bytes(n)[1], 2, 1e-12);
+    chorus__flownet_free(n);
+}
+
+/* Flows on one path share it equally, whenever they start; a path through a link that is
+ * down is refused. */
+static void test_flow_bundle(void **state)
+{
+    const double cap[] = {4, 0};
+    const int32_t p[] = {0}, down[] = {1};
+    chorus_flownet_t *n;
+    uint64_t tags[4];
+
+    (void)state;
+    assert_int_equal(chorus__flownet_create(cap, 2, &n), CHORUS_SUCCESS);
+    assert_int_equal(chorus__flownet_add(n, 0, p, 1, 8, 1), CHORUS_SUCCESS);
+    NEAR(chorus__flownet_next(n), 2.0, 1e-12);
+    /* At t=1 (4 bytes left) a second flow of 2 bytes joins: each gets 2 B/s. */
+    assert_int_equal(chorus__flownet_advance(n, 1.0, tags, 4), 0);
+    assert_int_equal(chorus__flownet_add(n, 1.0, p, 1, 2, 2), CHORUS_SUCCESS);
+    NEAR(chorus__flownet_next(n), 2.0, 1e-12);
+    assert_int_equal(chorus__flownet_advance(n, 2.0, tags, 4), 1);
+    assert_int_equal(tags[0], 2);
+    /* Flow 1 had 4 - 2 = 2 left, now alone at 4 B/s. */
+    NEAR(chorus__flownet_next(n), 2.5, 1e-12);
+    assert_int_not_equal(chorus__flownet_add(n, 2.0, down, 1, 1, 3), CHORUS_SUCCESS);
+    chorus__flownet_free(n);
+}
+
+static chorus_fabric_t *build(const char *json)
+{
+    chorus_fab_desc_t d;
+    chorus_fabric_t *f = NULL;
+    assert_int_equal(chorus__fab_desc_parse(json, "test", &d), CHORUS_SUCCESS);
+    assert_int_equal(chorus__fabric_build(&d, &f), CHORUS_SUCCESS);
+    chorus__fab_desc_free(&d);
+    return f;
+}
+
+static void expect_bad(const char *json, const char *words)
+{
+    chorus_fab_desc_t d;
+    chorus_fabric_t *f = NULL;
+    chorus_status_t st = chorus__fab_desc_parse(json, "test", &d);
+    if (st == CHORUS_SUCCESS) {
+        st = chorus__fabric_build(&d, &f);
+        chorus__fab_desc_free(&d);
+        chorus__fabric_free(f);
+    }
+    assert_int_equal(st, CHORUS_ERR_INVALID_ARGUMENT);
+    if (strstr(chorus_last_error(), words) == NULL) fail_msg("\"%s\" lacks \"%s\"", chorus_last_error(), words);
+}
+
+static void test_fabric_errors(void **state)
+{
+    (void)state;
+    expect_bad("{\"hosts\": 2, \"nic\": {\"gbit\": 10}}", "nic.gbit: unknown key");
+    expect_bad("{\"hosts\": 0}", "hosts must be 1 or more");
+    expect_bad("{\"hosts\": 2, \"network\": {\"type\": \"torus\"}}", "network.type");
+    expect_bad("{\"hosts\": 2, \"overrides\": [{\"link\": \"h9.nic0\", \"factor\": 0.5}]}",
+               "no link is named \"h9.nic0\"");
+    expect_bad("{\"hosts\": 2, \"network\": {\"type\": \"explicit\", \"switches\": [\"s0\"], "
+               "\"links\": [{\"a\": \"h0.nic0\", \"b\": \"s1\"}]}}",
+               "neither a switch nor hN.nicK");
+    expect_bad("{\"hosts\": 2, \"network\": {\"type\": \"explicit\", \"switches\": [\"s0\"], "
+               "\"links\": [{\"a\": \"h0.nic0\", \"b\": \"s0\"}]}}",
+               "h1.nic0 is linked to nothing");
+    expect_bad("{\"hosts\": 2,", "line");
+}
+
+/* Routes: one host through its ports; two hosts under one leaf; across leaves and rails
+ * over a spine; a link down with no other way round. */
+static void test_fabric_routes(void **state)
+{
+    chorus_fabric_t *f;
+    const int32_t *links;
+    int n;
+    double lat;
+    char name[96];
+
+    (void)state;
+    f = build("{\"hosts\": 4, \"ranks_per_host\": 2, \"intra\": {\"gbps\": 80, \"lat_us\": 1},"
+              " \"nic\": {\"count\": 2, \"gbps\": 100, \"lat_us\": 2}, \"network\": {\"type\":"
+              " \"fat_tree\", \"hosts_per_leaf\": 2, \"switch_lat_us\": 0.5}}");
+    assert_int_equal(chorus__fabric_nranks(f), 8);
+    assert_int_equal(chorus__fabric_route(f, 0, 1, &links, &n, &lat), CHORUS_SUCCESS);
+    assert_int_equal(n, 2);
+    NEAR(lat, 2e-6, 1e-9);
+    chorus__fabric_link_name(f, links[0], name, sizeof name);
+    assert_string_equal(name, "h0.r0 (out)");
+    /* Rank 0 (host 0, NIC 0) to rank 2 (host 1, NIC 0): the same rail-0 leaf. */
+    assert_int_equal(chorus__fabric_route(f, 0, 2, &links, &n, &lat), CHORUS_SUCCESS);
+    assert_int_equal(n, 2);
+    NEAR(lat, 4e-6, 1e-9);
+    chorus__fabric_link_name(f, links[0], name, sizeof name);
+    assert_string_equal(name, "h0.nic0 (out)");
+    /* Rank 0 to rank 4 (host 2): another leaf, through a spine; rank 1 (NIC 1) to rank 4
+     * (NIC 0): another rail, also through a spine. */
+    assert_int_equal(chorus__fabric_route(f, 0, 4, &links, &n, &lat), CHORUS_SUCCESS);
+    assert_int_equal(n, 4);
+    NEAR(lat, 5e-6, 1e-9);
+    assert_int_equal(chorus__fabric_route(f, 1, 2, &links, &n, &lat), CHORUS_SUCCESS);
+    assert_int_equal(n, 4);
+    chorus__fabric_free(f);
+    f = build("{\"hosts\": 2, \"overrides\": [{\"link\": \"h1.nic0\", \"down\": true}]}");
+    assert_int_equal(chorus__fabric_route(f, 0, 1, &links, &n, &lat), CHORUS_ERR_REMOTE);
+    chorus__fabric_free(f);
+}
+
+/* A ring allreduce of S bytes on n hosts of one rank, one switch, no latency or software
+ * cost: each of its 2(n-1) steps moves S/n over every host's link at once, so it takes
+ * 2(n-1)/n * S / B, and busbw is the link's B. With one host's link at half rate the same
+ * bytes cross it at B/2: at least twice as long, that link the busiest. (Not exactly
+ * twice: that host receives at half rate too, and what it forwards waits for what it
+ * received: 1.23x the bound here.) */
+static void test_sim_ring_closed_form(void **state)
+{
+    const char *json = "{\"hosts\": 8, \"nic\": {\"gbps\": 8, \"lat_us\": 0}, \"network\": "
+                       "{\"switch_lat_us\": 0}, \"cpu\": {\"msg_us\": 0, \"reduce_GBps\": 1e9, "
+                       "\"copy_GBps\": 1e9}%s}";
+    const double S = 8 << 20, B = 1e9; /* 8 Gbit/s is 1e9 bytes per second */
+    char text[512];
+    chorus_fabric_t *f;
+    chorus_sim_args_t a;
+    chorus_sim_result_t r;
+
+    (void)state;
+    snprintf(text, sizeof text, json, "");
+    f = build(text);
+    memset(&a, 0, sizeof a);
+    a.coll = CHORUS_COLL_ALLREDUCE;
+    a.algo = CHORUS_ALGO_RING;
+    a.bytes = (uint64_t)S;
+    a.dtype = CHORUS_FLOAT32;
+    a.nranks = 8;
+    a.top_links = 2;
+    assert_int_equal(chorus__sim_run(f, &a, &r), CHORUS_SUCCESS);
+    NEAR(r.time_s, 2.0 * 7 / 8 * S / B, 1e-6);
+    NEAR(r.busbw_GBps, 1.0, 1e-6);
+    assert_int_equal(r.classes, 1);
+    assert_int_equal(r.nlinks_used, 16);
+    NEAR(r.links[0].util, 1.0, 1e-6);
+    free(r.links);
+    chorus__fabric_free(f);
+    snprintf(text, sizeof text, json, ", \"overrides\": [{\"link\": \"h3.nic0\", \"factor\": 0.5}]");
+    f = build(text);
+    assert_int_equal(chorus__sim_run(f, &a, &r), CHORUS_SUCCESS);
+    assert_true(r.time_s >= 2 * 2.0 * 7 / 8 * S / B * (1 - 1e-9));
+    assert_true(r.time_s <= 2.5 * 2.0 * 7 / 8 * S / B);
+    assert_true(strncmp(r.links[0].name, "h3.nic0", 7) == 0);
+    free(r.links);
+    /* Every algorithm of allreduce runs to the end, and none beats the ring's bound. */
+    for (int k = 1; k < CHORUS_NUM_ALGOS; k++) {
+        if (k == CHORUS_ALGO_ARENA || !chorus__algo_supports((chorus_algo_t)k, a.coll)) continue;
+        a.algo = (chorus_algo_t)k;
+        assert_int_equal(chorus__sim_run(f, &a, &r), CHORUS_SUCCESS);
+        assert_true(r.time_s >= 2 * 2.0 * 7 / 8 * S / B * (1 - 1e-9));
+        free(r.links);
+    }
+    a.algo = CHORUS_ALGO_PAIRWISE;
+    assert_int_equal(chorus__sim_run(f, &a, &r), CHORUS_ERR_UNSUPPORTED);
+    a.algo = CHORUS_ALGO_RING;
+    a.nranks = 9;
+    assert_int_equal(chorus__sim_run(f, &a, &r), CHORUS_ERR_INVALID_ARGUMENT);
+    chorus__fabric_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flow_maxmin),
+        cmocka_unit_test(test_flow_bundle),
+        cmocka_unit_test(test_fabric_errors),
+        cmocka_unit_test(test_fabric_routes),
+        cmocka_unit_test(test_sim_ring_closed_form),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
