@@ -16,8 +16,13 @@
  * bottleneck. On a fat tree whose paths spread over many links a component stays small,
  * which is what makes thousands of ranks affordable.
  *
- * Each flow keeps the bytes it had left when its rate last changed and when that was; its
- * end time goes into a heap, entries made stale by a later change are skipped.
+ * Ends: flows of a bundle move at one rate, so a bundle counts the bytes each of its flows
+ * has been served since it was made ("served", brought up to date at every rate change); a
+ * flow that joins when served is s ends when served reaches s + its bytes, its "level".
+ * A bundle keeps its flows in a heap by level and has one next end, now + (lowest level -
+ * served) / rate; an indexed heap orders the bundles by it. A rate change is then O(log
+ * bundles) whatever the flows in the bundle (a tree's pipeline keeps hundreds of chunks
+ * on one path).
  */
 #include "sim/flow.h"
 
@@ -28,14 +33,10 @@
 #include <string.h>
 
 typedef struct {
-    double left;   /* bytes not yet moved at t_last */
-    double t_last;
-    double t_end;  /* when it ends at this rate (INFINITY at rate 0) */
+    double level; /* its bundle's served count at which it ends */
     double bytes;
-    double rate;
     uint64_t tag;
     int32_t bundle; /* -1: a free slot */
-    int32_t hpos;   /* its place in the heap of ends, -1: not there */
     int32_t next_free;
 } flow_t;
 
@@ -44,8 +45,12 @@ typedef struct {
     int nlinks;
     int32_t m;        /* flows in flight */
     double rate;      /* per flow */
-    int32_t *flows;   /* its flows in flight */
+    double served;    /* per flow, at t_mark */
+    double t_mark;
+    double t_next;    /* when its next flow ends */
+    int32_t *flows;   /* its flows in flight: a heap by level */
     int32_t capflows;
+    int32_t hpos;     /* in the heap of bundles by t_next; -1: not there */
     uint64_t hash;
     int32_t hnext;    /* hash chain */
     int32_t mark;     /* solve: in the component of solve number mark */
@@ -79,7 +84,7 @@ struct chorus_flownet {
     int32_t nbundles, capbundles;
     int32_t *htab; /* bundle hash heads */
     int32_t caphtab;
-    int32_t *ends; /* flows by t_end: an indexed heap (no stale entries) */
+    int32_t *ends; /* bundles with flows, by t_next: an indexed heap */
     size_t nends, capends;
     lheap_t *lheap;
     size_t nlheap, caplheap;
@@ -208,6 +213,7 @@ static int32_t bundle_of(chorus_flownet_t *n, const int32_t *links, int nlinks)
     memset(b, 0, sizeof *b);
     memcpy(b->links, links, (size_t)nlinks * sizeof *links);
     b->nlinks = nlinks;
+    b->hpos = -1;
     b->hash = h;
     b->hnext = *head;
     *head = n->nbundles;
@@ -236,6 +242,99 @@ static int bundle_link(chorus_flownet_t *n, int32_t k, int add)
     return 0;
 }
 
+static void end_place(chorus_flownet_t *n, size_t i, int32_t b)
+{
+    n->ends[i] = b;
+    n->bundles[b].hpos = (int32_t)i;
+}
+
+static void end_sift(chorus_flownet_t *n, size_t i)
+{
+    int32_t x = n->ends[i];
+    double t = n->bundles[x].t_next;
+
+    while (i > 0 && n->bundles[n->ends[(i - 1) / 2]].t_next > t) {
+        end_place(n, i, n->ends[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n->nends) break;
+        if (c + 1 < n->nends && n->bundles[n->ends[c + 1]].t_next < n->bundles[n->ends[c]].t_next)
+            c++;
+        if (n->bundles[n->ends[c]].t_next >= t) break;
+        end_place(n, i, n->ends[c]);
+        i = c;
+    }
+    end_place(n, i, x);
+}
+
+/* Brings b's served count up to now. */
+static void bundle_serve(chorus_flownet_t *n, bundle_t *b)
+{
+    if (n->now > b->t_mark && b->rate > 0 && !isinf(b->rate))
+        b->served += b->rate * (n->now - b->t_mark);
+    b->t_mark = n->now;
+}
+
+/* Recomputes b's next end and its place among the bundles (out when it has no flows). */
+static int bundle_key(chorus_flownet_t *n, int32_t k)
+{
+    bundle_t *b = &n->bundles[k];
+
+    if (b->m == 0) {
+        if (b->hpos >= 0) {
+            size_t i = (size_t)b->hpos;
+            int32_t last = n->ends[--n->nends];
+            b->hpos = -1;
+            if (i < n->nends) {
+                end_place(n, i, last);
+                end_sift(n, i);
+            }
+        }
+        return 0;
+    }
+    if (isinf(b->rate)) b->t_next = n->now;
+    else if (b->rate > 0) {
+        double gap = n->flows[b->flows[0]].level - b->served;
+        b->t_next = b->t_mark + (gap > 0 ? gap / b->rate : 0);
+    } else b->t_next = INFINITY;
+    if (b->hpos < 0) {
+        if (grow((void **)&n->ends, &n->capends, n->nends + 1, sizeof *n->ends)) return -1;
+        b->hpos = (int32_t)n->nends++;
+        n->ends[b->hpos] = k;
+    }
+    end_sift(n, (size_t)b->hpos);
+    return 0;
+}
+
+/* The bundle's flows by level: push and pop-min. */
+static void bflows_push(chorus_flownet_t *n, bundle_t *b, int32_t id)
+{
+    int32_t i = b->m++;
+    double lv = n->flows[id].level;
+    while (i > 0 && n->flows[b->flows[(i - 1) / 2]].level > lv) {
+        b->flows[i] = b->flows[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    b->flows[i] = id;
+}
+
+static void bflows_pop(chorus_flownet_t *n, bundle_t *b)
+{
+    int32_t last = b->flows[--b->m], i = 0;
+    double lv = n->flows[last].level;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= b->m) break;
+        if (c + 1 < b->m && n->flows[b->flows[c + 1]].level < n->flows[b->flows[c]].level) c++;
+        if (n->flows[b->flows[c]].level >= lv) break;
+        b->flows[i] = b->flows[c];
+        i = c;
+    }
+    if (b->m > 0) b->flows[i] = last;
+}
+
 chorus_status_t chorus__flownet_add(chorus_flownet_t *n, double now, const int32_t *links,
                                     int nlinks, double bytes, uint64_t tag)
 {
@@ -256,7 +355,6 @@ chorus_status_t chorus__flownet_add(chorus_flownet_t *n, double now, const int32
         if (grow((void **)&n->flows, &cap, old + 1, sizeof *n->flows)) goto nomem;
         for (size_t i = cap; i-- > old;) {
             n->flows[i].next_free = n->free_head;
-            n->flows[i].hpos = -1;
             n->flows[i].bundle = -1;
             n->free_head = (int32_t)i;
         }
@@ -271,72 +369,22 @@ chorus_status_t chorus__flownet_add(chorus_flownet_t *n, double now, const int32
         b->capflows = (int32_t)cap;
     }
     if (b->m == 0 && bundle_link(n, k, 1)) goto nomem;
+    bundle_serve(n, b);
     id = n->free_head;
     f = &n->flows[id];
     n->free_head = f->next_free;
-    f->left = f->bytes = bytes;
-    f->t_last = n->now;
-    f->rate = 0;
-    f->t_end = INFINITY;
+    f->bytes = bytes;
+    f->level = b->served + bytes;
     f->tag = tag;
     f->bundle = k;
-    b->flows[b->m++] = id;
+    bflows_push(n, b, id);
     n->nactive++;
     mark_dirty(n, b);
+    /* Its rate comes with the next solve; until then its end is what the bundle's is. */
+    if (bundle_key(n, k)) goto nomem;
     return CHORUS_SUCCESS;
 nomem:
     return chorus__error(CHORUS_ERR_NO_MEMORY, "flow network: no memory for flows");
-}
-
-static void end_place(chorus_flownet_t *n, size_t i, int32_t flow)
-{
-    n->ends[i] = flow;
-    n->flows[flow].hpos = (int32_t)i;
-}
-
-static void end_sift(chorus_flownet_t *n, size_t i)
-{
-    int32_t x = n->ends[i];
-    double t = n->flows[x].t_end;
-
-    while (i > 0 && n->flows[n->ends[(i - 1) / 2]].t_end > t) {
-        end_place(n, i, n->ends[(i - 1) / 2]);
-        i = (i - 1) / 2;
-    }
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n->nends) break;
-        if (c + 1 < n->nends && n->flows[n->ends[c + 1]].t_end < n->flows[n->ends[c]].t_end) c++;
-        if (n->flows[n->ends[c]].t_end >= t) break;
-        end_place(n, i, n->ends[c]);
-        i = c;
-    }
-    end_place(n, i, x);
-}
-
-/* Puts flow in the heap, or moves it to its new t_end. */
-static int end_update(chorus_flownet_t *n, int32_t flow)
-{
-    flow_t *f = &n->flows[flow];
-    if (f->hpos < 0) {
-        if (grow((void **)&n->ends, &n->capends, n->nends + 1, sizeof *n->ends)) return -1;
-        f->hpos = (int32_t)n->nends++;
-        n->ends[f->hpos] = flow;
-    }
-    end_sift(n, (size_t)f->hpos);
-    return 0;
-}
-
-static void end_remove(chorus_flownet_t *n, int32_t flow)
-{
-    size_t i = (size_t)n->flows[flow].hpos;
-    int32_t last = n->ends[--n->nends];
-
-    n->flows[flow].hpos = -1;
-    if (i < n->nends) {
-        end_place(n, i, last);
-        end_sift(n, i);
-    }
 }
 
 static int lheap_push(chorus_flownet_t *n, double share, int32_t link)
@@ -369,22 +417,13 @@ static lheap_t lheap_pop(chorus_flownet_t *n)
     return top;
 }
 
-/* A bundle's new rate: its flows' bytes left brought up to now, their ends moved. */
-static int bundle_set_rate(chorus_flownet_t *n, bundle_t *b, double rate)
+/* A bundle's new rate, from now on. */
+static int bundle_set_rate(chorus_flownet_t *n, int32_t k, double rate)
 {
-    for (int32_t j = 0; j < b->m; j++) {
-        flow_t *f = &n->flows[b->flows[j]];
-        if (f->rate == rate) continue; /* its end (or none, at rate 0) still holds */
-        if (isinf(f->rate)) f->left = 0;
-        else f->left -= f->rate * (n->now - f->t_last);
-        if (f->left < 0) f->left = 0;
-        f->t_last = n->now;
-        f->rate = rate;
-        f->t_end = rate > 0 ? n->now + (isinf(rate) ? 0 : f->left / rate) : INFINITY;
-        if (end_update(n, b->flows[j])) return -1;
-    }
+    bundle_t *b = &n->bundles[k];
+    bundle_serve(n, b);
     b->rate = rate;
-    return 0;
+    return bundle_key(n, k);
 }
 
 /* Max-min rates of the component of the dirty links. -1 when out of memory. */
@@ -436,7 +475,7 @@ static int flow_solve(chorus_flownet_t *n)
         bundle_t *b = &n->bundles[n->comp_b[bi]];
         if (b->nlinks == 0) {
             b->fixed = 1;
-            if (bundle_set_rate(n, b, INFINITY)) return -1;
+            if (bundle_set_rate(n, n->comp_b[bi], INFINITY)) return -1;
         }
     }
     while (n->nlheap > 0) {
@@ -462,7 +501,7 @@ static int flow_solve(chorus_flownet_t *n)
                 if (m != l && n->nun[m] > 0 && lheap_push(n, n->rem[m] / (double)n->nun[m], m))
                     return -1;
             }
-            if (bundle_set_rate(n, b, share)) return -1;
+            if (bundle_set_rate(n, o->b[j], share)) return -1;
         }
     }
     return 0;
@@ -471,36 +510,39 @@ static int flow_solve(chorus_flownet_t *n)
 double chorus__flownet_next(chorus_flownet_t *n)
 {
     if (n->ndirty > 0 && flow_solve(n)) return NAN;
-    return n->nends > 0 ? n->flows[n->ends[0]].t_end : INFINITY;
+    return n->nends > 0 ? n->bundles[n->ends[0]].t_next : INFINITY;
 }
 
 int chorus__flownet_advance(chorus_flownet_t *n, double t, uint64_t *tags, int max)
 {
+    const double slack = 1e-9 * (t > 1e-6 ? t : 1e-6);
     int got = 0;
 
     if (t > n->now) n->now = t;
     /* Ended: due by now, or within a part in 1e9 of it (the rounding of flows that end
      * together). */
     while (got < max && n->nends > 0) {
-        const int32_t id = n->ends[0];
-        flow_t *f = &n->flows[id];
-        bundle_t *b;
-        if (f->t_end > n->now + 1e-9 * (n->now > 1e-6 ? n->now : 1e-6)) break;
-        end_remove(n, id);
-        b = &n->bundles[f->bundle];
-        for (int i = 0; i < b->nlinks; i++) n->carried[b->links[i]] += f->bytes;
-        for (int32_t j = 0; j < b->m; j++)
-            if (b->flows[j] == id) {
-                b->flows[j] = b->flows[--b->m];
+        const int32_t k = n->ends[0];
+        bundle_t *b = &n->bundles[k];
+        if (b->t_next > n->now + slack) break;
+        bundle_serve(n, b);
+        while (got < max && b->m > 0) {
+            const int32_t id = b->flows[0];
+            flow_t *f = &n->flows[id];
+            if (!isinf(b->rate) && f->level > b->served + 1e-9 * f->level &&
+                b->t_mark + (f->level - b->served) / b->rate > n->now + slack)
                 break;
-            }
-        if (b->m == 0) bundle_link(n, f->bundle, 0);
+            bflows_pop(n, b);
+            for (int i = 0; i < b->nlinks; i++) n->carried[b->links[i]] += f->bytes;
+            tags[got++] = f->tag;
+            f->bundle = -1;
+            f->next_free = n->free_head;
+            n->free_head = id;
+            n->nactive--;
+        }
+        if (b->m == 0) bundle_link(n, k, 0);
         mark_dirty(n, b);
-        tags[got++] = f->tag;
-        f->bundle = -1;
-        f->next_free = n->free_head;
-        n->free_head = id;
-        n->nactive--;
+        if (bundle_key(n, k)) return -1;
     }
     return got;
 }
