@@ -33,6 +33,8 @@ typedef struct {
     chorus_dtype_t dtype;
     uint64_t chunk;
     int links, json, describe, stats;
+    chorus_fab_override_t over[16];
+    int nover;
 } opts_t;
 
 static void usage(FILE *f)
@@ -51,6 +53,8 @@ static void usage(FILE *f)
             "  -d, --dtype NAME      float32 (default), ...\n"
             "      --chunk BYTES     pipeline chunk (default: the algorithm's)\n"
             "      --links K         the K busiest links of the last run\n"
+            "      --override L=F    link L's rate times F (or L=down); repeatable, after the\n"
+            "                        description's own overrides\n"
             "      --stats           the simulator's cost: steps, events, memory, seconds\n"
             "      --json            JSON on stdout instead of the tables\n"
             "      --describe        print the fabric's JSON description and exit\n"
@@ -102,6 +106,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"chunk", required_argument, NULL, 'C'},  {"links", required_argument, NULL, 'L'},
         {"json", no_argument, NULL, 'J'},         {"describe", no_argument, NULL, 'D'},
         {"stats", no_argument, NULL, 'T'},        {"help", no_argument, NULL, 'h'},
+        {"override", required_argument, NULL, 'O'},
         {0, 0, 0, 0}};
     const char *algo = "ring";
     int c;
@@ -143,6 +148,20 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'J': o->json = 1; break;
         case 'D': o->describe = 1; break;
         case 'T': o->stats = 1; break;
+        case 'O': {
+            const char *eq = strrchr(optarg, '=');
+            chorus_fab_override_t *ov = &o->over[o->nover];
+            if (eq == NULL || o->nover == 16 || (size_t)(eq - optarg) >= sizeof ov->link) {
+                fprintf(stderr, "chorus-sim: --override LINK=FACTOR or LINK=down (16 at most)\n");
+                return 2;
+            }
+            memset(ov, 0, sizeof *ov);
+            memcpy(ov->link, optarg, (size_t)(eq - optarg));
+            if (strcmp(eq + 1, "down") == 0) ov->down = 1;
+            else ov->factor = atof(eq + 1);
+            o->nover++;
+            break;
+        }
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return 2;
         }
@@ -232,6 +251,16 @@ int main(int argc, char **argv)
     if (st != CHORUS_SUCCESS) {
         fprintf(stderr, "chorus-sim: %s\n", chorus_last_error());
         return 2;
+    }
+    if (o.nover > 0) {
+        chorus_fab_override_t *all = realloc(d.overrides, (size_t)(d.noverrides + o.nover) * sizeof *all);
+        if (all == NULL) {
+            fprintf(stderr, "chorus-sim: no memory\n");
+            return 2;
+        }
+        memcpy(all + d.noverrides, o.over, (size_t)o.nover * sizeof *all);
+        d.overrides = all;
+        d.noverrides += o.nover;
     }
     if (o.describe) {
         rc = chorus__fab_desc_write(&d, stdout);
