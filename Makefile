@@ -46,7 +46,7 @@ LDLIBS   += $(CONFIG_LIBS) -lpthread -lm -lrt -ldl
 
 LIB_SRCS  := $(sort $(wildcard kernels/*.c lib/*/*.c lib/transport/*/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-TOOL_NAMES:= chorusrun chorus-sim
+TOOL_NAMES:= chorusrun chorus-sim chorus-trace
 BENCH_NAMES := chorus-bench chorus-fabric tcp-ceiling shm-floor
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
@@ -104,6 +104,10 @@ $(BUILD)/bin/chorusrun: $(wildcard tools/chorusrun/*.c) $(STATIC_LIB) $(CONFIG)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
 
 $(BUILD)/bin/chorus-sim: $(wildcard tools/chorus-sim/*.c) $(STATIC_LIB) $(CONFIG)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
+
+$(BUILD)/bin/chorus-trace: $(wildcard tools/chorus-trace/*.c) $(STATIC_LIB) $(CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(STATIC_LIB) $(LDLIBS)
 

@@ -357,6 +357,15 @@ run_mp() {
     run_test "mp/nonblocking n=2 transport=shm leak 20000 ops" env CHORUS_TRANSPORT=shm \
         CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 2 --timeout 150 -- "$BUILD/tests/mp_nonblocking" \
         --case leak --ops 20000
+    # CHORUS_TRACE (issue 19): the job's merged timeline, checked by rank 0 with a parser.
+    tdir=$(mktemp -d "${TMPDIR:-/tmp}/chorus-trace.XXXXXX")
+    for spec in "tcp 3 --expect-steps" "tcp 4 --expect-steps" "auto 4"; do
+        set -- $spec
+        run_test "mp/trace n=$2 transport=$1" env CHORUS_TRANSPORT="$1" \
+            CHORUS_TRACE="$tdir/trace-$1-$2.json" CHORUS_TIMEOUT=30 "$CHORUSRUN" -n "$2" \
+            --timeout 120 -- "$BUILD/tests/mp_trace" ${3:-}
+    done
+    rm -rf "$tdir"
 }
 
 # ---- Device buffers (issue 6) ----

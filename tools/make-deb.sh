@@ -70,7 +70,7 @@ Description: collective communication for distributed training
  reduce-scatter, broadcast, reduce, alltoall, send/recv, barrier) over shared
  memory, TCP, UCX and InfiniBand/RoCE verbs, on host and CUDA device buffers.
  This package holds the library (shared and static), its header, pkg-config
- and CMake files, chorusrun, chorus-sim, chorus-bench and chorus-fabric.
+ and CMake files, chorusrun, chorus-sim, chorus-trace, chorus-bench and chorus-fabric.
 CTRL
 # The new shared library must be known to the loader at once.
 echo "activate-noawait ldconfig" >"$root/DEBIAN/triggers"

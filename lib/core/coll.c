@@ -11,6 +11,8 @@
 #include "arena/arena.h"
 
 #include "kernels.h"
+#include "trace/trace.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -206,9 +208,30 @@ static void coll_sign(chorus_comm_t comm, const chorus_coll_call_t *call, chorus
     chorus__exec_sign(&comm->exec, &sig);
 }
 
-/* Runs a validated call with count > 0 (or a barrier). */
+static chorus_status_t coll_run_body(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                       const char *what_in);
+
+/* Runs a validated call with count > 0 (or a barrier); under CHORUS_TRACE it records the
+ * call's span. */
 chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *call,
                                  const char *what_in)
+{
+    uint64_t t0;
+    chorus_status_t status;
+
+    if (comm->trace == NULL) return coll_run_body(comm, call, what_in);
+    t0 = chorus__now_ns();
+    comm->trace_algo = NULL;
+    comm->trace_what[0] = '\0';
+    status = coll_run_body(comm, call, what_in);
+    chorus__trace_call(comm->trace, comm->trace_what, comm->trace_algo,
+                       (uint64_t)call->count * chorus_dtype_size(call->dtype), t0,
+                       chorus__now_ns());
+    return status;
+}
+
+static chorus_status_t coll_run_body(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                       const char *what_in)
 {
     const char *name = chorus__core_coll_name(call->coll);
     size_t esize = chorus_dtype_size(call->dtype);
@@ -235,6 +258,10 @@ chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *c
      * One host too: there the order groups NUMA nodes, so the ring crosses sockets twice. */
     args.ring_order = comm->ring_order;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
+    if (comm->trace != NULL) {
+        comm->trace_algo = chorus__algo_name(algo);
+        snprintf(comm->trace_what, sizeof comm->trace_what, "%s", what);
+    }
     if (comm->arena != NULL && comm->check_calls)
         chorus__arena_note_call(comm->arena, comm->exec.coll_seq, algo == CHORUS_ALGO_ARENA,
                                 call->coll, call->count, call->dtype, call->op, call->root);

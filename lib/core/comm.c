@@ -11,6 +11,7 @@
 #include "arena/arena.h"
 #include "gpu/gpu.h"
 #include "topo/topo.h"
+#include "trace/trace.h"
 #include "tune/tune.h"
 
 #include "transport/transport.h"
@@ -580,6 +581,7 @@ static void core_comm_free(chorus_comm_t comm)
     if (comm->arena != NULL) chorus__arena_destroy(comm->arena);
     for (int i = comm->ntps - 1; i >= 0; i--) comm->tps[i].ops->fini(comm->tps[i].tp);
     if (comm->bs != NULL) chorus__bootstrap_destroy(comm->bs);
+    chorus__trace_close(comm->trace);
     chorus__exec_fini(&comm->exec);
     chorus__coll_release(comm);
     pthread_mutex_destroy(&comm->err_lock);
@@ -739,6 +741,8 @@ chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
     atomic_store(&comm->abort_flag, 0);
     core_log_ready(comm);
     chorus__hang_register(comm);
+    comm->trace = chorus__trace_open(comm->comm_id, rank, nranks);
+    comm->exec.trace = comm->trace;
     *comm_p = comm;
     return CHORUS_SUCCESS;
 

@@ -89,6 +89,9 @@ struct chorus_comm {
     char first_error[CHORUS_COMM_ERRMSG_MAX];
 
     chorus_exec_t exec; /* reused by every execution, so its arrays are allocated once */
+    struct chorus_trace *trace; /* CHORUS_TRACE's recorder, or NULL (lib/trace) */
+    const char *trace_algo;     /* of the traced call running now */
+    char trace_what[64];
     void *scratch;      /* SCRATCH of the schedules, grown as needed */
     size_t scratch_bytes;
     void *sink;         /* stands in for a NULL recvbuf of reduce on non-roots */

@@ -18,6 +18,7 @@
 
 #include "algo/algo.h"
 #include "kernels.h"
+#include "trace/trace.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -33,6 +34,7 @@ enum { DIR_SEND = 0, DIR_RECV = 1 };
 /* How long a wait idles before it looks at what peers outside the schedule sent (sig_peek),
  * and how often after that: a mismatch that no schedule exchange can see shows within this. */
 #define EXEC_PEEK_NS (20 * 1000 * 1000ull)
+#define EXEC_TRACE_WAIT_NS (10 * 1000ull)
 
 /* Per peer of a signed execution. */
 enum { SIG_SEND_OPEN = 1, SIG_RECV_OPEN = 2, SIG_OK = 4, SIG_SEND_LATER = 8 };
@@ -69,6 +71,11 @@ static chorus_status_t reserve(chorus_exec_t *x, uint32_t nsteps, int nranks)
         x->reqs = grow(x->reqs, nsteps, sizeof(*x->reqs), &st);
         if (st != CHORUS_SUCCESS) return chorus__error(st, "engine: no memory for %u steps", nsteps);
         x->cap_steps = nsteps;
+    }
+    if (x->trace != NULL && nsteps > x->cap_trace) {
+        x->trace_t0 = grow(x->trace_t0, nsteps, sizeof(*x->trace_t0), &st);
+        if (st != CHORUS_SUCCESS) return chorus__error(st, "engine: no memory for %u steps", nsteps);
+        x->cap_trace = nsteps;
     }
     if (nranks > x->cap_ranks) {
         x->peer_begin = grow(x->peer_begin, 2 * (size_t)nranks + 1, sizeof(uint32_t), &st);
@@ -488,6 +495,7 @@ static chorus_status_t post_queue(chorus_exec_t *x, int peer, int dir)
             status = p->ops->irecv(p->tp, peer, bytes ? ref_ptr(x, st->dst) : NULL, bytes, req);
         }
         if (status != CHORUS_SUCCESS) return fail(x, status, i);
+        if (x->trace != NULL) x->trace_t0[i] = chorus__now_ns();
         x->inflight[x->ninflight++] = i;
         (*next)++;
     }
@@ -522,13 +530,22 @@ static chorus_status_t complete(chorus_exec_t *x, uint32_t i)
 static chorus_status_t run_local(chorus_exec_t *x, uint32_t i)
 {
     const chorus_step_t *st = &x->sched->steps[i];
+    const size_t bytes = st->count * x->elem_size;
+    chorus_status_t status = CHORUS_SUCCESS;
+    uint64_t t0 = 0;
+
     if (st->count == 0) return CHORUS_SUCCESS;
+    if (x->trace != NULL) t0 = chorus__now_ns();
     if (st->kind == CHORUS_STEP_COPY) {
-        chorus_kernel_copy(ref_ptr(x, st->dst), ref_ptr(x, st->src), st->count * x->elem_size);
-        return CHORUS_SUCCESS;
+        chorus_kernel_copy(ref_ptr(x, st->dst), ref_ptr(x, st->src), bytes);
+    } else {
+        status = chorus_kernel_reduce(ref_ptr(x, st->dst), ref_ptr(x, st->src),
+                                      ref_ptr(x, st->src2), st->count, x->dtype, x->op);
     }
-    chorus_status_t status = chorus_kernel_reduce(ref_ptr(x, st->dst), ref_ptr(x, st->src),
-                                                  ref_ptr(x, st->src2), st->count, x->dtype, x->op);
+    if (x->trace != NULL)
+        chorus__trace_add(x->trace, st->kind == CHORUS_STEP_COPY ? CHORUS_TEV_COPY
+                                                                 : CHORUS_TEV_REDUCE,
+                          -1, bytes, t0, chorus__now_ns());
     return status == CHORUS_SUCCESS ? status : fail(x, status, i);
 }
 
@@ -585,6 +602,12 @@ chorus_status_t chorus__exec_progress(chorus_exec_t *x, int *done_p, int *progre
                 goto out;
             } else {
                 x->finished[nfinished++] = i;
+                if (x->trace != NULL)
+                    chorus__trace_add(x->trace,
+                                      st->kind == CHORUS_STEP_SEND ? CHORUS_TEV_SEND
+                                                                   : CHORUS_TEV_RECV,
+                                      st->peer, st->count * x->elem_size, x->trace_t0[i],
+                                      chorus__now_ns());
             }
         }
         x->ninflight = keep;
@@ -768,15 +791,21 @@ chorus_status_t chorus__exec_wait(chorus_exec_t *x, const chorus_wait_policy_t *
     const uint64_t spin_ns = policy->spin_ns;
     const uint64_t yield_ns = policy->yield_ns;
     const uint64_t t0 = chorus__now_ns();
-    uint64_t idle_since = t0, next_peek = t0 + EXEC_PEEK_NS;
+    uint64_t idle_since = t0, idle_last = t0, next_peek = t0 + EXEC_PEEK_NS;
 
     for (;;) {
         int done = 0, progressed = 0;
         chorus_status_t status = chorus__exec_progress(x, &done, &progressed);
+        /* A traced wait: from the first pass that found nothing to do to the last one,
+         * when that spell lasted at least EXEC_TRACE_WAIT_NS. */
+        if (x->trace != NULL && (progressed || done) &&
+            idle_last - idle_since >= EXEC_TRACE_WAIT_NS)
+            chorus__trace_add(x->trace, CHORUS_TEV_WAIT, -1, 0, idle_since, idle_last);
         if (status != CHORUS_SUCCESS || done) return status;
 
         uint64_t now = chorus__now_ns();
-        if (progressed) idle_since = now;
+        if (progressed) idle_since = idle_last = now;
+        else idle_last = now;
         if (abort_flag != NULL && atomic_load_explicit(abort_flag, memory_order_relaxed)) {
             x->status = chorus__error(CHORUS_ERR_ABORTED, "%s: communicator aborted", x->what);
             return x->status;
@@ -821,5 +850,6 @@ void chorus__exec_fini(chorus_exec_t *x)
     free(x->sig_reqs);
     free(x->sig_state);
     free(x->sig_peers);
+    free(x->trace_t0);
     memset(x, 0, sizeof(*x));
 }

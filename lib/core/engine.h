@@ -112,6 +112,11 @@ typedef struct chorus_exec {
     int sig_open;                /* signature transfers not yet collected */
     int sig_later;               /* signatures held for the first data to their peer */
     int cap_sig_ranks;
+
+    /* CHORUS_TRACE: the comm's recorder or NULL; per step, when it was posted. */
+    struct chorus_trace *trace;
+    uint64_t *trace_t0;
+    uint32_t cap_trace;
 } chorus_exec_t;
 
 /* Nonzero when rank me's part of collective coll (root for broadcast and reduce) cannot

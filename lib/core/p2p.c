@@ -23,6 +23,8 @@
 #include "core/gpu_coll.h"
 
 #include "kernels.h"
+#include "trace/trace.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -205,7 +207,15 @@ static chorus_status_t p2p_run(chorus_comm_t comm, const p2p_op_t *ops, size_t n
     if (what_in != NULL) snprintf(what, sizeof what, "%s", what_in);
     else chorus__comm_what(comm, name, what, sizeof what);
     if (comm->check_calls) CHORUS_CHECK_GOTO(p2p_sign(comm, ops, n), err_sched);
-    status = chorus__comm_exec(comm, &s, bufs, CHORUS_UINT8, CHORUS_SUM, what);
+    {
+        uint64_t t0 = comm->trace != NULL ? chorus__now_ns() : 0;
+        status = chorus__comm_exec(comm, &s, bufs, CHORUS_UINT8, CHORUS_SUM, what);
+        if (comm->trace != NULL) {
+            uint64_t bytes = 0;
+            for (size_t k = 0; k < n; k++) bytes += ops[k].bytes;
+            chorus__trace_call(comm->trace, what, "p2p", bytes, t0, chorus__now_ns());
+        }
+    }
     chorus__sched_fini(&s);
     return status;
 
