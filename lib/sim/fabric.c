@@ -58,6 +58,7 @@ void chorus__fab_desc_default(chorus_fab_desc_t *d)
     d->nics = 1;
     d->nic_gbps = 100;
     d->nic_lat_us = 1;
+    d->nic_sendbuf = 0;
     d->net = CHORUS_FAB_NET_SWITCH;
     d->levels = 2;
     d->hosts_per_leaf = 16;
@@ -147,6 +148,8 @@ static chorus_status_t fab_check(const chorus_fab_desc_t *d)
     if (d->nics < 1 || d->nics > 64) return fab_bad("nics must be 1 to 64");
     if (!(d->intra_gbps > 0) || !(d->nic_gbps > 0)) return fab_bad("a bandwidth must be > 0");
     if (d->bus_gbps < 0) return fab_bad("intra.bus_gbps must be >= 0");
+    if (!(d->nic_sendbuf >= 0) || d->nic_sendbuf > 1e12)
+        return fab_bad("nic.send_buffer_bytes must be 0 to 1e12");
     if (!(d->reduce_GBps > 0) || !(d->copy_GBps > 0))
         return fab_bad("cpu.reduce_GBps and cpu.copy_GBps must be > 0");
     if (d->intra_lat_us < 0 || d->nic_lat_us < 0 || d->switch_lat_us < 0 || d->msg_us < 0)

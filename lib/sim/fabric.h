@@ -61,6 +61,9 @@ typedef struct {
     int nics;
     double nic_gbps;
     double nic_lat_us;
+    double nic_sendbuf;  /* bytes a rank may have in flight to one peer on another host
+                          * before a send waits for the wire (TCP's socket buffer); 0: a
+                          * send is done when its data has left (RDMA, rendezvous) */
     /* The network. */
     chorus_fab_net_kind_t net;
     int levels;          /* fat tree: 2 or 3 */

@@ -208,7 +208,7 @@ chorus_status_t chorus__fab_desc_parse(const char *text, const char *name, choru
     static const char *const keys[] = {"name", "hosts", "ranks_per_host", "intra", "nic",
                                        "network", "cpu", "overrides", "comment", NULL};
     static const char *const ikeys[] = {"kind", "gbps", "lat_us", "bus_gbps", NULL};
-    static const char *const nkeys[] = {"count", "gbps", "lat_us", NULL};
+    static const char *const nkeys[] = {"count", "gbps", "lat_us", "send_buffer_bytes", NULL};
     static const char *const ckeys[] = {"msg_us", "reduce_GBps", "copy_GBps", "cores_per_host",
                                         NULL};
     fj_ctx_t c = {name, CHORUS_SUCCESS};
@@ -239,6 +239,7 @@ chorus_status_t chorus__fab_desc_parse(const char *text, const char *name, choru
         fj_int(&c, o, "nic", "count", &d->nics);
         fj_num(&c, o, "nic", "gbps", &d->nic_gbps);
         fj_num(&c, o, "nic", "lat_us", &d->nic_lat_us);
+        fj_num(&c, o, "nic", "send_buffer_bytes", &d->nic_sendbuf);
     }
     if ((o = fj_obj(&c, root, "cpu")) != NULL) {
         fj_keys(&c, o, "cpu", ckeys);
@@ -292,8 +293,9 @@ int chorus__fab_desc_write(const chorus_fab_desc_t *d, void *file)
     json_object_set_new(root, "intra", json_pack("{s:s, s:f, s:f, s:f}", "kind", d->intra_kind,
                                                  "gbps", d->intra_gbps, "lat_us", d->intra_lat_us,
                                                  "bus_gbps", d->bus_gbps));
-    json_object_set_new(root, "nic", json_pack("{s:i, s:f, s:f}", "count", d->nics, "gbps",
-                                               d->nic_gbps, "lat_us", d->nic_lat_us));
+    json_object_set_new(root, "nic", json_pack("{s:i, s:f, s:f, s:f}", "count", d->nics, "gbps",
+                                               d->nic_gbps, "lat_us", d->nic_lat_us,
+                                               "send_buffer_bytes", d->nic_sendbuf));
     json_object_set_new(net, "type", json_string(types[d->net]));
     if (d->net == CHORUS_FAB_NET_FAT_TREE) {
         json_object_set_new(net, "levels", json_integer(d->levels));

@@ -90,6 +90,9 @@ chorus_status_t chorus__fab_desc_preset(const char *spec, chorus_fab_desc_t *d)
          * this does not model. */
         d->nic_gbps = v[2] / 1000 * 1448.0 / 1514.0;
         d->nic_lat_us = 25;
+        /* The tcp transport's socket buffers (CHORUS_TCP_BUF, 4 MiB): a send is done once
+         * its bytes are in the kernel, while earlier ones still wait for the wire. */
+        d->nic_sendbuf = 4 << 20;
         d->net = CHORUS_FAB_NET_SWITCH;
         d->switch_lat_us = 5;
         d->msg_us = 8;       /* a tcp message's system calls on each end */

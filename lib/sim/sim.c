@@ -18,63 +18,13 @@
 #include "sim/sim.h"
 
 #include "sim/flow.h"
+#include "sim/sim_int.h"
 #include "util/clock.h"
 #include "util/status.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { EV_READY = 0, EV_FLOW, EV_ARRIVE, EV_DONE };
-enum { F_POSTED = 1, F_ARRIVED = 2 };
-
-typedef struct {
-    uint64_t hash;
-    uint32_t nsteps;
-    uint8_t *kind;
-    int32_t *relpeer;
-    uint64_t *bytes;
-    uint32_t *ndeps;
-    uint32_t *succ_begin; /* nsteps + 1 */
-    uint32_t *succ;
-    uint32_t *ordinal;
-    /* RECV steps sorted by (relpeer, ordinal); per distinct relpeer its first index. */
-    uint32_t nrecv;
-    uint32_t *recv_step;
-    int32_t *rp_peer;
-    uint32_t *rp_begin; /* nrp + 1 */
-    uint32_t nrp;
-} sim_class_t;
-
-typedef struct {
-    double t;
-    uint64_t seq;
-    uint32_t rank, step;
-    uint8_t type;
-} sim_ev_t;
-
-typedef struct {
-    chorus_fabric_t *fab;
-    const chorus_sim_args_t *a;
-    int n;
-    size_t esize;
-    double msg_s, reduce_Bps, copy_Bps;
-    double *stretch; /* per rank */
-    sim_class_t **classes;
-    int nclasses, capclasses;
-    int *cls;        /* per rank */
-    uint64_t *base;  /* per rank: its first step in the per-step arrays */
-    uint32_t *deps_left;
-    uint8_t *flags;
-    double *cpu_free;
-    sim_ev_t *heap;
-    size_t nheap, capheap;
-    uint64_t seq;
-    size_t mem, mem_peak;
-    chorus_flownet_t *net;
-    uint64_t events, messages;
-    double finish;
-} sim_t;
 
 static void sim_mem(sim_t *s, long delta)
 {
@@ -107,9 +57,11 @@ static void class_free(sim_class_t *c)
     free(c->succ_begin);
     free(c->succ);
     free(c->ordinal);
-    free(c->recv_step);
-    free(c->rp_peer);
-    free(c->rp_begin);
+    for (int d = 0; d < 2; d++) {
+        free(c->msg_step[d]);
+        free(c->slot_peer[d]);
+        free(c->slot_begin[d]);
+    }
     free(c);
 }
 
@@ -117,8 +69,9 @@ static size_t class_bytes(const sim_class_t *c, uint64_t nsucc)
 {
     return c->nsteps * (sizeof *c->kind + sizeof *c->relpeer + sizeof *c->bytes +
                         sizeof *c->ndeps + sizeof *c->succ_begin + sizeof *c->ordinal) +
-           nsucc * sizeof *c->succ + c->nrecv * sizeof *c->recv_step +
-           c->nrp * (sizeof *c->rp_peer + sizeof *c->rp_begin) + sizeof *c;
+           nsucc * sizeof *c->succ +
+           (c->nmsg[0] + c->nmsg[1]) * (sizeof(uint32_t) + sizeof(int32_t) + sizeof(uint32_t)) +
+           sizeof *c;
 }
 
 static uint64_t mix(uint64_t h, uint64_t v)
@@ -139,7 +92,7 @@ static int class_equal(const sim_class_t *x, const sim_class_t *y)
            memcmp(x->succ, y->succ, x->succ_begin[n] * sizeof *x->succ) == 0;
 }
 
-static int cmp_recv(const void *p, const void *q, void *arg);
+static int cmp_msg(const void *p, const void *q, void *arg);
 
 /* The compact form of rank r's schedule s. */
 static sim_class_t *class_make(const chorus_sched_t *s, int r, int n, size_t esize,
@@ -176,7 +129,7 @@ static sim_class_t *class_make(const chorus_sched_t *s, int r, int n, size_t esi
         if (msg) {
             /* Sends and receives counted apart, per relative peer. */
             c->ordinal[i] = counter[2 * c->relpeer[i] + (st->kind == CHORUS_STEP_RECV)]++;
-            c->nrecv += st->kind == CHORUS_STEP_RECV;
+            c->nmsg[st->kind == CHORUS_STEP_RECV]++;
         }
         h = mix(h, st->kind);
         h = mix(h, (uint64_t)c->relpeer[i]);
@@ -190,24 +143,25 @@ static sim_class_t *class_make(const chorus_sched_t *s, int r, int n, size_t esi
     for (uint32_t i = 0; i < ns; i++)
         if (c->kind[i] == CHORUS_STEP_SEND || c->kind[i] == CHORUS_STEP_RECV)
             counter[2 * c->relpeer[i]] = counter[2 * c->relpeer[i] + 1] = 0;
-    /* The RECV index. */
-    c->recv_step = malloc(((size_t)c->nrecv + 1) * sizeof *c->recv_step);
-    c->rp_peer = malloc(((size_t)c->nrecv + 1) * sizeof *c->rp_peer);
-    c->rp_begin = malloc(((size_t)c->nrecv + 2) * sizeof *c->rp_begin);
-    if (!c->recv_step || !c->rp_peer || !c->rp_begin) goto fail;
-    {
+    /* The message index, per direction. */
+    for (int d = 0; d < 2; d++) {
+        const uint8_t kind = d ? CHORUS_STEP_RECV : CHORUS_STEP_SEND;
         uint32_t k = 0;
+        c->msg_step[d] = malloc(((size_t)c->nmsg[d] + 1) * sizeof *c->msg_step[d]);
+        c->slot_peer[d] = malloc(((size_t)c->nmsg[d] + 1) * sizeof *c->slot_peer[d]);
+        c->slot_begin[d] = malloc(((size_t)c->nmsg[d] + 2) * sizeof *c->slot_begin[d]);
+        if (!c->msg_step[d] || !c->slot_peer[d] || !c->slot_begin[d]) goto fail;
         for (uint32_t i = 0; i < ns; i++)
-            if (c->kind[i] == CHORUS_STEP_RECV) c->recv_step[k++] = i;
-        qsort_r(c->recv_step, c->nrecv, sizeof *c->recv_step, cmp_recv, c);
-        for (uint32_t j = 0; j < c->nrecv; j++) {
-            int32_t rp = c->relpeer[c->recv_step[j]];
-            if (c->nrp == 0 || c->rp_peer[c->nrp - 1] != rp) {
-                c->rp_peer[c->nrp] = rp;
-                c->rp_begin[c->nrp++] = j;
+            if (c->kind[i] == kind) c->msg_step[d][k++] = i;
+        qsort_r(c->msg_step[d], c->nmsg[d], sizeof *c->msg_step[d], cmp_msg, c);
+        for (uint32_t j = 0; j < c->nmsg[d]; j++) {
+            int32_t rp = c->relpeer[c->msg_step[d][j]];
+            if (c->nslots[d] == 0 || c->slot_peer[d][c->nslots[d] - 1] != rp) {
+                c->slot_peer[d][c->nslots[d]] = rp;
+                c->slot_begin[d][c->nslots[d]++] = j;
             }
         }
-        c->rp_begin[c->nrp] = c->nrecv;
+        c->slot_begin[d][c->nslots[d]] = c->nmsg[d];
     }
     return c;
 fail:
@@ -215,7 +169,7 @@ fail:
     return NULL;
 }
 
-static int cmp_recv(const void *p, const void *q, void *arg)
+static int cmp_msg(const void *p, const void *q, void *arg)
 {
     const sim_class_t *c = arg;
     uint32_t a = *(const uint32_t *)p, b = *(const uint32_t *)q;
@@ -223,18 +177,26 @@ static int cmp_recv(const void *p, const void *q, void *arg)
     return c->ordinal[a] < c->ordinal[b] ? -1 : c->ordinal[a] > c->ordinal[b];
 }
 
-/* The RECV of class c from relative peer rp with ordinal k, or UINT32_MAX. */
-static uint32_t class_recv(const sim_class_t *c, int32_t rp, uint32_t k)
+/* The slot of relative peer rp in direction d of class c, or UINT32_MAX. */
+static uint32_t class_slot(const sim_class_t *c, int d, int32_t rp)
 {
-    uint32_t lo = 0, hi = c->nrp;
+    uint32_t lo = 0, hi = c->nslots[d];
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
-        if (c->rp_peer[mid] < rp) lo = mid + 1;
+        if (c->slot_peer[d][mid] < rp) lo = mid + 1;
         else hi = mid;
     }
-    if (lo == c->nrp || c->rp_peer[lo] != rp || c->rp_begin[lo] + k >= c->rp_begin[lo + 1])
+    return lo < c->nslots[d] && c->slot_peer[d][lo] == rp ? lo : UINT32_MAX;
+}
+
+/* The message of class c in direction d with relative peer rp and ordinal k, or
+ * UINT32_MAX. */
+static uint32_t class_msg(const sim_class_t *c, int d, int32_t rp, uint32_t k)
+{
+    uint32_t slot = class_slot(c, d, rp);
+    if (slot == UINT32_MAX || c->slot_begin[d][slot] + k >= c->slot_begin[d][slot + 1])
         return UINT32_MAX;
-    return c->recv_step[c->rp_begin[lo] + k];
+    return c->msg_step[d][c->slot_begin[d][slot] + k];
 }
 
 /* ---- Events ---- */
@@ -377,21 +339,37 @@ static chorus_status_t sim_build(sim_t *s, uint64_t count)
             s->classes[s->nclasses++] = c;
         }
         s->cls[r] = found;
-        s->base[r] = total;
         total += s->classes[found]->nsteps;
+        if (s->classes[found]->nsteps > s->maxsteps) s->maxsteps = s->classes[found]->nsteps;
     }
-    s->base[s->n] = total;
-    s->deps_left = malloc((total + 1) * sizeof *s->deps_left);
-    s->flags = calloc(total + 1, 1);
+    s->steps = total;
+    s->slots = (uint64_t)s->maxsteps * (uint64_t)s->n;
+    {
+        uint64_t slots = 0;
+        for (int r = 0; r < s->n; r++) {
+            const sim_class_t *c = s->classes[s->cls[r]];
+            s->pbase[r] = slots;
+            slots += c->nslots[0] + c->nslots[1];
+        }
+        s->post_next = calloc(slots + 1, sizeof *s->post_next);
+        if (s->post_next == NULL) {
+            st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %llu peers",
+                               (unsigned long long)slots);
+            goto out;
+        }
+        sim_mem(s, (long)(slots * sizeof *s->post_next));
+    }
+    s->deps_left = malloc((s->slots + 1) * sizeof *s->deps_left);
+    s->flags = calloc(s->slots + 1, 1);
     if (s->deps_left == NULL || s->flags == NULL) {
         st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %llu steps",
                            (unsigned long long)total);
         goto out;
     }
-    sim_mem(s, (long)(total * (sizeof *s->deps_left + 1)));
+    sim_mem(s, (long)(s->slots * (sizeof *s->deps_left + 1)));
     for (int r = 0; r < s->n; r++) {
         const sim_class_t *c = s->classes[s->cls[r]];
-        memcpy(s->deps_left + s->base[r], c->ndeps, c->nsteps * sizeof *c->ndeps);
+        for (uint32_t i = 0; i < c->nsteps; i++) s->deps_left[sim_g(s, (uint32_t)r, i)] = c->ndeps[i];
     }
 out:
     free(host_of);
@@ -399,8 +377,7 @@ out:
     return st;
 }
 
-/* CPU time of step i of rank r's class c. */
-static double sim_cpu(const sim_t *s, const sim_class_t *c, int r, uint32_t i)
+double chorus__sim_cpu(const sim_t *s, const sim_class_t *c, int r, uint32_t i)
 {
     double t = 0;
     switch (c->kind[i]) {
@@ -416,12 +393,113 @@ static chorus_status_t sim_done(sim_t *s, uint32_t r, uint32_t i, double t)
 {
     const sim_class_t *c = s->classes[s->cls[r]];
     if (t > s->finish) s->finish = t;
+    if (s->r_end != NULL) s->r_end[sim_g(s, r, i)] = t;
     for (uint32_t k = c->succ_begin[i]; k < c->succ_begin[i + 1]; k++) {
         uint32_t j = c->succ[k];
-        if (--s->deps_left[s->base[r] + j] == 0 && ev_push(s, t, EV_READY, r, j))
-            return CHORUS_ERR_NO_MEMORY;
+        if (--s->deps_left[sim_g(s, r, j)] == 0) {
+            if (s->r_rcause != NULL) s->r_rcause[sim_g(s, r, j)] = sim_g(s, r, i);
+            if (ev_push(s, t, EV_READY, r, j)) return CHORUS_ERR_NO_MEMORY;
+        }
     }
     return CHORUS_SUCCESS;
+}
+
+/* A recording's note that step g became ready at t, held back last by trigger (or by its
+ * own last dependency when trigger is g). */
+static void sim_note_ready(sim_t *s, uint64_t g, double t, uint64_t trigger)
+{
+    if (s->r_ready == NULL) return;
+    s->r_ready[g] = t;
+    if (trigger != g) {
+        s->r_rcause[g] = trigger;
+        s->r_why[g] = SIM_READY_ORDER;
+    } else {
+        s->r_why[g] = s->r_rcause[g] == SIM_NONE ? SIM_READY_START : SIM_READY_DEP;
+    }
+}
+
+/* Gives rank r's CPU to its step i from t on, for its CPU time; a recording notes what held
+ * its start back (start_why: SIM_START_READY, or SIM_START_DATA for a RECV whose data came
+ * last, when the CPU was free). */
+static void sim_cpu_take(sim_t *s, const sim_class_t *c, uint32_t r, uint32_t i, double t,
+                         int start_why)
+{
+    double start = t > s->cpu_free[r] ? t : s->cpu_free[r];
+    uint64_t g = sim_g(s, r, i);
+
+    if (s->r_cpu != NULL) {
+        s->r_cpu[g] = start;
+        if (start > t) {
+            s->r_why[g] |= SIM_START_CPU;
+            s->r_scause[g] = s->cpu_owner[r];
+        } else {
+            s->r_why[g] |= (uint8_t)start_why;
+        }
+        s->cpu_owner[r] = g;
+    }
+    s->cpu_free[r] = start + chorus__sim_cpu(s, c, (int)r, i);
+}
+
+static size_t pairs_hash(uint64_t key, size_t cap)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+}
+
+/* The pair a -> b, made on first use (NULL: no memory). */
+static sim_pair_t *pairs_get(sim_t *s, uint32_t a, uint32_t b)
+{
+    sim_pairs_t *p = &s->pairs;
+    const uint64_t key = ((uint64_t)a << 32 | b) + 1;
+    size_t i;
+
+    if (2 * (p->used + 1) > p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 1024;
+        sim_pair_t *v = calloc(cap, sizeof *v);
+        if (v == NULL) return NULL;
+        for (size_t k = 0; k < p->cap; k++) {
+            if (p->slot[k].key == 0) continue;
+            for (i = pairs_hash(p->slot[k].key, cap); v[i].key != 0; i = (i + 1) & (cap - 1)) {
+            }
+            v[i] = p->slot[k];
+        }
+        sim_mem(s, (long)((cap - p->cap) * sizeof *v));
+        free(p->slot);
+        p->slot = v;
+        p->cap = cap;
+    }
+    for (i = pairs_hash(key, p->cap); p->slot[i].key != 0; i = (i + 1) & (p->cap - 1))
+        if (p->slot[i].key == key) return &p->slot[i];
+    p->slot[i].key = key;
+    p->slot[i].active = SIM_NONE;
+    p->used++;
+    return &p->slot[i];
+}
+
+static int pair_push(sim_t *s, sim_pair_t *q, uint64_t g)
+{
+    if (q->qlen == q->qcap) {
+        uint32_t cap = q->qcap ? 2 * q->qcap : 4;
+        uint64_t *v = malloc(cap * sizeof *v);
+        if (v == NULL) return -1;
+        for (uint32_t k = 0; k < q->qlen; k++) v[k] = q->q[(q->qhead + k) % q->qcap];
+        sim_mem(s, (long)((cap - q->qcap) * sizeof *v));
+        free(q->q);
+        q->q = v;
+        q->qcap = cap;
+        q->qhead = 0;
+    }
+    q->q[(q->qhead + q->qlen++) % q->qcap] = g;
+    return 0;
+}
+
+static uint64_t pair_pop(sim_pair_t *q)
+{
+    uint64_t g;
+    if (q->qlen == 0) return SIM_NONE;
+    g = q->q[q->qhead];
+    q->qhead = (q->qhead + 1) % q->qcap;
+    q->qlen--;
+    return g;
 }
 
 /* The RECV on rank b that the SEND i of rank a (class ca) meets. */
@@ -430,7 +508,7 @@ static chorus_status_t sim_match(const sim_t *s, uint32_t a, const sim_class_t *
 {
     uint32_t b = (uint32_t)((a + (uint32_t)ca->relpeer[i]) % (uint32_t)s->n);
     const sim_class_t *cb = s->classes[s->cls[b]];
-    uint32_t j = class_recv(cb, (int32_t)((a + s->n - b) % (uint32_t)s->n), ca->ordinal[i]);
+    uint32_t j = class_msg(cb, 1, (int32_t)((a + s->n - b) % (uint32_t)s->n), ca->ordinal[i]);
 
     if (j == UINT32_MAX || cb->bytes[j] != ca->bytes[i])
         return chorus__error(CHORUS_ERR_INTERNAL, "sim: rank %u's send #%u to rank %u has no "
@@ -440,43 +518,67 @@ static chorus_status_t sim_match(const sim_t *s, uint32_t a, const sim_class_t *
     return CHORUS_SUCCESS;
 }
 
-/* A RECV posted and with its data: the receiver's software cost, then done. */
+/* A RECV posted and with its data (the later of the two at t; start_why: which): the
+ * receiver's software cost, then done. */
 static chorus_status_t sim_recv_done(sim_t *s, const sim_class_t *c, uint32_t r, uint32_t i,
-                                     double t)
+                                     double t, int start_why)
 {
-    double start = t > s->cpu_free[r] ? t : s->cpu_free[r];
-    s->cpu_free[r] = start + sim_cpu(s, c, (int)r, i);
+    sim_cpu_take(s, c, r, i, t, start_why);
     return ev_push(s, s->cpu_free[r], EV_DONE, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
+}
+
+/* Posts message j of rank r at t: a SEND pays its CPU part and then leaves as a flow; a
+ * RECV waits for its data, or takes it. */
+static chorus_status_t sim_post_one(sim_t *s, const sim_class_t *c, uint32_t r, uint32_t j,
+                                    double t, uint64_t trigger)
+{
+    uint8_t *fl = &s->flags[sim_g(s, r, j)];
+
+    sim_note_ready(s, sim_g(s, r, j), t, trigger);
+    if (c->kind[j] == CHORUS_STEP_SEND) {
+        sim_cpu_take(s, c, r, j, t, SIM_START_READY);
+        return ev_push(s, s->cpu_free[r], EV_FLOW, r, j) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
+    }
+    *fl |= F_POSTED;
+    return (*fl & F_ARRIVED) ? sim_recv_done(s, c, r, j, t, SIM_START_READY) : CHORUS_SUCCESS;
+}
+
+/* Message i of rank r is ready at t: it, and the ready ones behind it to the same peer and
+ * in the same direction, are posted, in schedule order as the engine does. */
+static chorus_status_t sim_post(sim_t *s, const sim_class_t *c, uint32_t r, uint32_t i, double t)
+{
+    const int d = c->kind[i] == CHORUS_STEP_RECV;
+    const uint32_t slot = class_slot(c, d, c->relpeer[i]);
+    const uint32_t *order = c->msg_step[d] + c->slot_begin[d][slot];
+    const uint32_t count = c->slot_begin[d][slot + 1] - c->slot_begin[d][slot];
+    uint32_t *next = &s->post_next[s->pbase[r] + (d ? c->nslots[0] : 0) + slot];
+
+    s->flags[sim_g(s, r, i)] |= F_READY;
+    while (*next < count && (s->flags[sim_g(s, r, order[*next])] & F_READY)) {
+        chorus_status_t st = sim_post_one(s, c, r, order[(*next)++], t, sim_g(s, r, i));
+        if (st != CHORUS_SUCCESS) return st;
+    }
+    return CHORUS_SUCCESS;
 }
 
 static chorus_status_t sim_event(sim_t *s, const sim_ev_t *e)
 {
     const uint32_t r = e->rank, i = e->step;
     const sim_class_t *c = s->classes[s->cls[r]];
-    uint8_t *fl = &s->flags[s->base[r] + i];
+    uint8_t *fl = &s->flags[sim_g(s, r, i)];
     chorus_status_t st;
-    double start;
 
     s->events++;
     switch (e->type) {
     case EV_READY:
-        switch (c->kind[i]) {
-        case CHORUS_STEP_SEND:
-            start = e->t > s->cpu_free[r] ? e->t : s->cpu_free[r];
-            s->cpu_free[r] = start + sim_cpu(s, c, (int)r, i);
-            return ev_push(s, s->cpu_free[r], EV_FLOW, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
-        case CHORUS_STEP_RECV:
-            *fl |= F_POSTED;
-            /* Its data may be there already. */
-            return (*fl & F_ARRIVED) ? sim_recv_done(s, c, r, i, e->t) : CHORUS_SUCCESS;
-        default:
-            start = e->t > s->cpu_free[r] ? e->t : s->cpu_free[r];
-            s->cpu_free[r] = start + sim_cpu(s, c, (int)r, i);
-            return ev_push(s, s->cpu_free[r], EV_DONE, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
-        }
+        if (c->kind[i] == CHORUS_STEP_SEND || c->kind[i] == CHORUS_STEP_RECV)
+            return sim_post(s, c, r, i, e->t);
+        sim_note_ready(s, sim_g(s, r, i), e->t, sim_g(s, r, i));
+        sim_cpu_take(s, c, r, i, e->t, SIM_START_READY);
+        return ev_push(s, s->cpu_free[r], EV_DONE, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
     case EV_ARRIVE:
         *fl |= F_ARRIVED;
-        return (*fl & F_POSTED) ? sim_recv_done(s, c, r, i, e->t) : CHORUS_SUCCESS;
+        return (*fl & F_POSTED) ? sim_recv_done(s, c, r, i, e->t, SIM_START_DATA) : CHORUS_SUCCESS;
     case EV_FLOW: {
         uint32_t b, j;
         const int32_t *links;
@@ -485,8 +587,26 @@ static chorus_status_t sim_event(sim_t *s, const sim_ev_t *e)
         st = sim_match(s, r, c, i, &b, &j);
         if (st == CHORUS_SUCCESS) st = chorus__fabric_route(s->fab, (int)r, (int)b, &links, &nl, &lat);
         if (st != CHORUS_SUCCESS) return st;
+        sim_pair_t *pair = pairs_get(s, r, b);
+        if (pair == NULL) return CHORUS_ERR_NO_MEMORY;
+        if (!(*fl & F_QUEUED)) {
+            /* The send's CPU part is done. To another host, through socket buffers with
+             * room, the send is done now, while its bytes still wait for the wire (the
+             * tcp transport's isend). */
+            s->messages++;
+            if (s->sendbuf > 0 && pair->inflight + (double)c->bytes[i] <= s->sendbuf &&
+                chorus__fabric_host_of(s->fab, (int)r) != chorus__fabric_host_of(s->fab, (int)b)) {
+                pair->inflight += (double)c->bytes[i];
+                *fl |= F_EAGER;
+                if (ev_push(s, e->t, EV_DONE, r, i)) return CHORUS_ERR_NO_MEMORY;
+            }
+            if (pair->active != SIM_NONE) {
+                *fl |= F_QUEUED;
+                return pair_push(s, pair, sim_g(s, r, i)) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
+            }
+        }
+        pair->active = sim_g(s, r, i);
         if (chorus__flownet_advance(s->net, e->t, NULL, 0) < 0) return CHORUS_ERR_NO_MEMORY;
-        s->messages++;
         return chorus__flownet_add(s->net, e->t, links, nl, (double)c->bytes[i],
                                    (uint64_t)r << 32 | i);
     }
@@ -511,7 +631,23 @@ static chorus_status_t sim_flows_end(sim_t *s, double t)
             if (st == CHORUS_SUCCESS)
                 st = chorus__fabric_route(s->fab, (int)a, (int)b, &links, &nl, &lat);
             if (st != CHORUS_SUCCESS) return st;
-            if (ev_push(s, t, EV_DONE, a, i) || ev_push(s, t + lat, EV_ARRIVE, b, j))
+            if (s->r_flow != NULL) {
+                s->r_scause[sim_g(s, b, j)] = sim_g(s, a, i);
+                s->r_flow[sim_g(s, a, i)] = t;
+            }
+            sim_pair_t *pair = pairs_get(s, a, b);
+            uint64_t next;
+            if (pair == NULL) return CHORUS_ERR_NO_MEMORY;
+            if (s->flags[sim_g(s, a, i)] & F_EAGER) {
+                pair->inflight -= (double)s->classes[s->cls[a]]->bytes[i];
+            } else if (ev_push(s, t, EV_DONE, a, i)) {
+                return CHORUS_ERR_NO_MEMORY;
+            }
+            if (ev_push(s, t + lat, EV_ARRIVE, b, j)) return CHORUS_ERR_NO_MEMORY;
+            /* The pair's next message takes the wire. */
+            pair->active = SIM_NONE;
+            next = pair_pop(pair);
+            if (next != SIM_NONE && ev_push(s, t, EV_FLOW, a, sim_g_step(s, next)))
                 return CHORUS_ERR_NO_MEMORY;
         }
     }
@@ -557,13 +693,17 @@ static void sim_free(sim_t *s)
     for (int k = 0; k < s->nclasses; k++) class_free(s->classes[k]);
     free(s->classes);
     free(s->cls);
-    free(s->base);
     free(s->deps_left);
     free(s->flags);
+    free(s->pbase);
+    free(s->post_next);
     free(s->cpu_free);
     free(s->stretch);
     free(s->heap);
+    for (size_t k = 0; k < s->pairs.cap; k++) free(s->pairs.slot[k].q);
+    free(s->pairs.slot);
     chorus__flownet_free(s->net);
+    chorus__sim_record_free(s);
 }
 
 chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a,
@@ -595,15 +735,16 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
     s.msg_s = d->msg_us * 1e-6;
     s.reduce_Bps = d->reduce_GBps * 1e9;
     s.copy_Bps = d->copy_GBps * 1e9;
+    s.sendbuf = d->nic_sendbuf;
     s.cls = malloc((size_t)s.n * sizeof *s.cls);
-    s.base = malloc(((size_t)s.n + 1) * sizeof *s.base);
+    s.pbase = malloc(((size_t)s.n + 1) * sizeof *s.pbase);
     s.cpu_free = calloc((size_t)s.n, sizeof *s.cpu_free);
     s.stretch = malloc((size_t)s.n * sizeof *s.stretch);
-    if (!s.cls || !s.base || !s.cpu_free || !s.stretch) {
+    if (!s.cls || !s.pbase || !s.cpu_free || !s.stretch) {
         st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %d ranks", s.n);
         goto out;
     }
-    sim_mem(&s, (long)((size_t)s.n * (sizeof *s.cls + sizeof *s.base + sizeof *s.cpu_free +
+    sim_mem(&s, (long)((size_t)s.n * (sizeof *s.cls + sizeof *s.pbase + sizeof *s.cpu_free +
                                       sizeof *s.stretch)));
     for (int r = 0; r < s.n; r++) {
         int h = chorus__fabric_host_of(fab, r), local = d->ranks_per_host;
@@ -613,6 +754,7 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
                            : 1;
     }
     st = sim_build(&s, count);
+    if (st == CHORUS_SUCCESS && a->record) st = chorus__sim_record_alloc(&s);
     if (st != CHORUS_SUCCESS) goto out;
     t1 = chorus__now_ns();
     res->build_s = (double)(t1 - t0) * 1e-9;
@@ -665,7 +807,7 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
     for (int r = 0; r < s.n; r++) {
         const sim_class_t *c = s.classes[s.cls[r]];
         for (uint32_t i = 0; i < c->nsteps; i++)
-            if (s.deps_left[s.base[r] + i] != 0) {
+            if (s.deps_left[sim_g(&s, (uint32_t)r, i)] != 0) {
                 st = chorus__error(CHORUS_ERR_INTERNAL,
                                    "sim: rank %d's step %u never ran (the schedules deadlock)",
                                    r, i);
@@ -675,13 +817,18 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
     res->time_s = s.finish;
     res->algbw_GBps = s.finish > 0 ? (double)a->bytes / s.finish * 1e-9 : 0;
     res->busbw_GBps = res->algbw_GBps * chorus__sim_bus_factor(a->coll, s.n);
-    res->steps = s.base[s.n];
+    res->steps = s.steps;
     res->messages = s.messages;
     res->events = s.events;
     res->solves = chorus__flownet_solves(s.net);
     res->classes = s.nclasses;
     res->run_s = (double)(chorus__now_ns() - t1) * 1e-9;
     st = sim_links(&s, res);
+    if (st == CHORUS_SUCCESS && a->record) {
+        chorus__sim_critical_path(&s, &res->path);
+        res->have_path = 1;
+        if (a->trace != NULL) st = chorus__sim_write_trace(&s, a->trace);
+    }
     res->mem_bytes = s.mem_peak;
 out:
     sim_free(&s);

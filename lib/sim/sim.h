@@ -33,7 +33,21 @@ typedef struct {
     uint64_t chunk_bytes; /* 0: the algorithm's own */
     int nranks;           /* the first nranks ranks of the fabric (hosts filled in order) */
     int top_links;        /* how many of the busiest links to report (0: none) */
+    int record;           /* keep every step's times: the critical path (and a trace) */
+    const char *trace;    /* with record: write the run here as a trace (trace_json.h) */
 } chorus_sim_args_t;
+
+/* The critical path: the chain of steps, back from the last to finish, each held back by
+ * the one before it (a dependency, the rank's CPU, or a message's data), and where its
+ * time went. The parts add up to the call's time. */
+typedef struct {
+    double network_s; /* flows on the wire, at the rates they got */
+    double latency_s; /* paths' latency, from a flow's end to its data's arrival */
+    double message_s; /* the software cost of sends and receives */
+    double reduce_s, copy_s;
+    uint64_t steps;   /* on the path */
+    int ranks;        /* distinct ranks it passes through */
+} chorus_sim_path_t;
 
 typedef struct {
     char name[96];
@@ -54,6 +68,8 @@ typedef struct {
     int nlinks_used;              /* links that carried anything */
     int nlinks_top;               /* entries of links */
     chorus_sim_link_use_t *links; /* the busiest links, busiest first; free() it */
+    int have_path;                /* args->record was set */
+    chorus_sim_path_t path;
 } chorus_sim_result_t;
 
 /* The bus bandwidth factor of nccl-tests for coll on n ranks (allreduce 2(n-1)/n, ...). */

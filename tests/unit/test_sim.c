@@ -1,7 +1,9 @@
 /*
  * lib/sim: the max-min flow network on cases solved by hand, fabric descriptions and their
  * errors, routes, and the replay of real schedules against closed forms (a ring
- * allreduce moves 2(n-1)/n of the vector over its slowest link).
+ * allreduce moves 2(n-1)/n of the vector over its slowest link); messages between two
+ * ranks as one ordered stream, sends done early into socket buffers, the critical path and
+ * the trace a recorded run writes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,10 +14,12 @@
 #include "sim/flow.h"
 #include "sim/sim.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NEAR(a, b, rel) assert_true(fabs((double)(a) - (double)(b)) <= (rel) * fabs((double)(b)))
 
@@ -208,6 +212,158 @@ static void test_sim_ring_closed_form(void **state)
     chorus__fabric_free(f);
 }
 
+
+/* Two hosts of one rank, 1e9 B/s, no latency or software cost; a ring allreduce of 8 MiB
+ * in 1 MiB chunks: rank 0 sends its 4 chunks of the first step at once. */
+static const char *two_hosts = "{\"hosts\": 2, \"nic\": {\"gbps\": 8, \"lat_us\": 0, "
+                               "\"send_buffer_bytes\": %s}, \"network\": {\"switch_lat_us\": 0}, "
+                               "\"cpu\": {\"msg_us\": 0, \"reduce_GBps\": 1e9, \"copy_GBps\": 1e9}}";
+
+/* The end times (us) of rank `pid`'s slices of category cat ("send", "recv") from the
+ * trace at path, in order; returns how many. */
+static int slice_ends(const char *path, int pid, const char *cat, double *ends, int max)
+{
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err), *e;
+    json_t *events = json_object_get(root, "traceEvents");
+    size_t k;
+    int n = 0;
+
+    assert_non_null(root);
+    assert_true(json_is_array(events));
+    json_array_foreach(events, k, e) {
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        const char *c = json_string_value(json_object_get(e, "cat"));
+        if (ph == NULL || strcmp(ph, "e") != 0 || c == NULL || strcmp(c, cat) != 0) continue;
+        if (json_integer_value(json_object_get(e, "pid")) != pid || n == max) continue;
+        ends[n++] = json_number_value(json_object_get(e, "ts"));
+    }
+    json_decref(root);
+    for (int i = 1; i < n; i++) /* insertion sort: a handful */
+        for (int j = i; j > 0 && ends[j] < ends[j - 1]; j--) {
+            double t = ends[j];
+            ends[j] = ends[j - 1];
+            ends[j - 1] = t;
+        }
+    return n;
+}
+
+static void run_two_hosts(const char *sendbuf, const char *trace, chorus_sim_result_t *r)
+{
+    char text[512];
+    chorus_fabric_t *f;
+    chorus_sim_args_t a;
+
+    snprintf(text, sizeof text, two_hosts, sendbuf);
+    f = build(text);
+    memset(&a, 0, sizeof a);
+    a.coll = CHORUS_COLL_ALLREDUCE;
+    a.algo = CHORUS_ALGO_RING;
+    a.bytes = 8 << 20;
+    a.dtype = CHORUS_FLOAT32;
+    a.chunk_bytes = 1 << 20;
+    a.nranks = 2;
+    a.record = 1;
+    a.trace = trace;
+    assert_int_equal(chorus__sim_run(f, &a, r), CHORUS_SUCCESS);
+    chorus__fabric_free(f);
+}
+
+/* Messages from one rank to another are one stream, in schedule order: the four chunks
+ * arrive one after the other, at 1, 2, 3 and 4 chunk times, not all together at the end
+ * (as four flows sharing the link max-min fairly would). */
+static void test_sim_stream_order(void **state)
+{
+    char path[] = "/tmp/chorus-test-sim-XXXXXX";
+    const double chunk_us = (double)(1 << 20) / 1e9 * 1e6;
+    double ends[64];
+    chorus_sim_result_t r;
+    int fd = mkstemp(path), n;
+
+    (void)state;
+    assert_true(fd >= 0);
+    close(fd);
+    run_two_hosts("0", path, &r);
+    /* Reduce-scatter then allgather: 4 + 4 chunks each way, back to back. */
+    NEAR(r.time_s, 8 * chunk_us * 1e-6, 1e-6);
+    n = slice_ends(path, 1, "recv", ends, 64);
+    assert_int_equal(n, 8);
+    for (int k = 0; k < 8; k++) NEAR(ends[k], (k + 1) * chunk_us, 1e-6);
+    /* Without socket buffers a send is done when its flow ends: with its receive. */
+    n = slice_ends(path, 0, "send", ends, 64);
+    assert_int_equal(n, 8);
+    for (int k = 0; k < 8; k++) NEAR(ends[k], (k + 1) * chunk_us, 1e-6);
+    free(r.links);
+    unlink(path);
+}
+
+/* With socket buffers of 64 MiB the sends of the first step are done at once (time 0),
+ * while their data still takes 1-4 chunk times to arrive; the call takes as long. */
+static void test_sim_eager_sends(void **state)
+{
+    char path[] = "/tmp/chorus-test-sim-XXXXXX";
+    const double chunk_us = (double)(1 << 20) / 1e9 * 1e6;
+    double ends[64];
+    chorus_sim_result_t r;
+    int fd = mkstemp(path), n;
+
+    (void)state;
+    assert_true(fd >= 0);
+    close(fd);
+    run_two_hosts("67108864", path, &r);
+    NEAR(r.time_s, 8 * chunk_us * 1e-6, 1e-6);
+    n = slice_ends(path, 0, "send", ends, 64);
+    assert_int_equal(n, 8);
+    for (int k = 0; k < 4; k++) assert_true(ends[k] == 0);
+    n = slice_ends(path, 1, "recv", ends, 64);
+    for (int k = 0; k < 4; k++) NEAR(ends[k], (k + 1) * chunk_us, 1e-6);
+    free(r.links);
+    unlink(path);
+}
+
+/* The critical path's parts add up to the call's time, for every algorithm, on hosts of
+ * two ranks with software costs, a finite reduce rate and latencies. */
+static void test_sim_critical_path(void **state)
+{
+    const char *json = "{\"hosts\": 4, \"ranks_per_host\": 2, \"intra\": {\"gbps\": 80, "
+                       "\"lat_us\": 1}, \"nic\": {\"gbps\": 8, \"lat_us\": 3, "
+                       "\"send_buffer_bytes\": %s}, \"cpu\": {\"msg_us\": 4, \"reduce_GBps\": 2, "
+                       "\"copy_GBps\": 5, \"cores_per_host\": 1}}";
+    const char *bufs[] = {"0", "1048576"};
+    char text[512];
+
+    (void)state;
+    for (int b = 0; b < 2; b++) {
+        chorus_fabric_t *f;
+        snprintf(text, sizeof text, json, bufs[b]);
+        f = build(text);
+        for (int k = 1; k < CHORUS_NUM_ALGOS; k++) {
+            chorus_sim_args_t a;
+            chorus_sim_result_t r;
+            double sum;
+            if (k == CHORUS_ALGO_ARENA || !chorus__algo_supports((chorus_algo_t)k, CHORUS_COLL_ALLREDUCE))
+                continue;
+            memset(&a, 0, sizeof a);
+            a.coll = CHORUS_COLL_ALLREDUCE;
+            a.algo = (chorus_algo_t)k;
+            a.bytes = 3 << 20;
+            a.dtype = CHORUS_FLOAT32;
+            a.nranks = 8;
+            a.record = 1;
+            assert_int_equal(chorus__sim_run(f, &a, &r), CHORUS_SUCCESS);
+            assert_true(r.have_path);
+            sum = r.path.network_s + r.path.latency_s + r.path.message_s + r.path.reduce_s +
+                  r.path.copy_s;
+            if (fabs(sum - r.time_s) > 1e-9 * r.time_s)
+                fail_msg("%s: critical path %.9g s, call %.9g s", chorus__algo_name(a.algo), sum,
+                         r.time_s);
+            assert_true(r.path.steps > 0 && r.path.ranks >= 1 && r.path.ranks <= 8);
+            free(r.links);
+        }
+        chorus__fabric_free(f);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -216,6 +372,9 @@ int main(void)
         cmocka_unit_test(test_fabric_errors),
         cmocka_unit_test(test_fabric_routes),
         cmocka_unit_test(test_sim_ring_closed_form),
+        cmocka_unit_test(test_sim_stream_order),
+        cmocka_unit_test(test_sim_eager_sends),
+        cmocka_unit_test(test_sim_critical_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MAX_ALGOS CHORUS_NUM_ALGOS
 #define MAX_SCALE 64
@@ -32,7 +36,8 @@ typedef struct {
     int scale[MAX_SCALE], nscale;
     chorus_dtype_t dtype;
     uint64_t chunk;
-    int links, json, describe, stats;
+    int links, json, describe, stats, path;
+    const char *trace, *plot;
     chorus_fab_override_t over[16];
     int nover;
 } opts_t;
@@ -56,6 +61,11 @@ static void usage(FILE *f)
             "      --override L=F    link L's rate times F (or L=down); repeatable, after the\n"
             "                        description's own overrides\n"
             "      --stats           the simulator's cost: steps, events, memory, seconds\n"
+            "      --path            the critical path of each run: where its time went\n"
+            "      --trace FILE      the last run's timeline, every rank's steps, as Chrome\n"
+            "                        trace / Perfetto JSON (the format of CHORUS_TRACE)\n"
+            "      --plot PREFIX     busbw against ranks per algorithm and size (with --scale):\n"
+            "                        PREFIX.dat, PREFIX.gp and, with gnuplot, PREFIX.png\n"
             "      --json            JSON on stdout instead of the tables\n"
             "      --describe        print the fabric's JSON description and exit\n"
             "presets:\n%s",
@@ -106,6 +116,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"chunk", required_argument, NULL, 'C'},  {"links", required_argument, NULL, 'L'},
         {"json", no_argument, NULL, 'J'},         {"describe", no_argument, NULL, 'D'},
         {"stats", no_argument, NULL, 'T'},        {"help", no_argument, NULL, 'h'},
+        {"path", no_argument, NULL, 'Q'},         {"trace", required_argument, NULL, 'R'},
+        {"plot", required_argument, NULL, 'G'},
         {"override", required_argument, NULL, 'O'},
         {0, 0, 0, 0}};
     const char *algo = "ring";
@@ -148,6 +160,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'J': o->json = 1; break;
         case 'D': o->describe = 1; break;
         case 'T': o->stats = 1; break;
+        case 'Q': o->path = 1; break;
+        case 'R': o->trace = optarg; break;
+        case 'G': o->plot = optarg; break;
         case 'O': {
             const char *eq = strrchr(optarg, '=');
             chorus_fab_override_t *ov = &o->over[o->nover];
@@ -223,6 +238,20 @@ static void print_links(const row_t *row, int k)
                100 * row->r.links[i].util, row->r.links[i].bytes / 1e6);
 }
 
+static void print_path(const row_t *row)
+{
+    const chorus_sim_path_t *p = &row->r.path;
+    const double t = row->r.time_s > 0 ? row->r.time_s : 1;
+
+    printf("# critical path of %s, %llu B on %d ranks: %llu steps through %d ranks; "
+           "network %.1f%%, latency %.1f%%, message software %.1f%%, reduce %.1f%%, copy "
+           "%.1f%%\n",
+           chorus__algo_name((chorus_algo_t)row->algo), (unsigned long long)row->bytes, row->n,
+           (unsigned long long)p->steps, p->ranks, 100 * p->network_s / t,
+           100 * p->latency_s / t, 100 * p->message_s / t, 100 * p->reduce_s / t,
+           100 * p->copy_s / t);
+}
+
 static void print_stats(const row_t *row)
 {
     struct rusage ru;
@@ -233,6 +262,95 @@ static void print_stats(const row_t *row)
            (unsigned long long)row->r.messages, (unsigned long long)row->r.events,
            (unsigned long long)row->r.solves, row->r.mem_bytes / 1e6, ru.ru_maxrss / 1024.0,
            row->r.build_s, row->r.run_s);
+}
+
+/* A gnuplot single-quoted string: a quote inside is doubled. */
+static void gp_str(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'') fputc('\'', f);
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+/* busbw against ranks, one line per algorithm and size: PREFIX.dat (one gnuplot data
+ * block per line), PREFIX.gp, and PREFIX.png when gnuplot runs. */
+static int write_plot(const char *prefix, const row_t *rows, int nrows, chorus_fabric_t *fab)
+{
+    char dat[4096], gp[4096], png[4096];
+    FILE *f;
+    int nblocks = 0, status;
+    pid_t pid;
+
+    snprintf(dat, sizeof dat, "%s.dat", prefix);
+    snprintf(gp, sizeof gp, "%s.gp", prefix);
+    snprintf(png, sizeof png, "%s.png", prefix);
+    f = fopen(dat, "w");
+    if (f == NULL) {
+        fprintf(stderr, "chorus-sim: %s: %s\n", dat, strerror(errno));
+        return -1;
+    }
+    /* Blocks: every (algo, size) pair in order of appearance, rows by rank count. */
+    for (int i = 0; i < nrows; i++) {
+        int first = 1;
+        for (int j = 0; j < i; j++)
+            if (rows[j].algo == rows[i].algo && rows[j].bytes == rows[i].bytes) first = 0;
+        if (!first) continue;
+        fprintf(f, "%s# %s %llu B\n", nblocks++ ? "\n\n" : "",
+                chorus__algo_name((chorus_algo_t)rows[i].algo), (unsigned long long)rows[i].bytes);
+        for (int j = i; j < nrows; j++)
+            if (rows[j].algo == rows[i].algo && rows[j].bytes == rows[i].bytes)
+                fprintf(f, "%d %.6f\n", rows[j].n, rows[j].r.busbw_GBps);
+    }
+    fclose(f);
+    f = fopen(gp, "w");
+    if (f == NULL) {
+        fprintf(stderr, "chorus-sim: %s: %s\n", gp, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "# Made by chorus-sim --plot; run `gnuplot %s` to redraw.\n"
+               "set terminal pngcairo size 960,600\nset output ", gp);
+    gp_str(f, png);
+    fprintf(f, "\nset title ");
+    gp_str(f, chorus__fabric_desc(fab)->name);
+    fprintf(f, "\nset logscale x 2\nset xlabel 'ranks'\nset ylabel 'busbw (GB/s)'\n"
+               "set key outside right\nset grid\nplot ");
+    for (int b = 0, i = 0; i < nrows; i++) {
+        int first = 1;
+        char title[96];
+        for (int j = 0; j < i; j++)
+            if (rows[j].algo == rows[i].algo && rows[j].bytes == rows[i].bytes) first = 0;
+        if (!first) continue;
+        snprintf(title, sizeof title, "%s %llu B", chorus__algo_name((chorus_algo_t)rows[i].algo),
+                 (unsigned long long)rows[i].bytes);
+        fprintf(f, "%s", b ? ", \\\n     " : "");
+        gp_str(f, dat);
+        fprintf(f, " index %d using 1:2 with linespoints title ", b++);
+        gp_str(f, title);
+    }
+    fprintf(f, "\n");
+    fclose(f);
+    pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+        execlp("gnuplot", "gnuplot", gp, (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+        fprintf(stderr, "chorus-sim: skipped the plot image: gnuplot not found (data in %s, "
+                        "script in %s)\n", dat, gp);
+        return 0;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "chorus-sim: gnuplot failed on %s\n", gp);
+        return -1;
+    }
+    fprintf(stderr, "chorus-sim: plot in %s\n", png);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -296,6 +414,8 @@ int main(int argc, char **argv)
                 a.chunk_bytes = o.chunk;
                 a.nranks = n;
                 a.top_links = o.links;
+                a.record = o.path || o.trace != NULL;
+                a.trace = o.trace;
                 st = chorus__sim_run(fab, &a, &row.r);
                 if (st == CHORUS_ERR_UNSUPPORTED) continue;
                 if (st != CHORUS_SUCCESS) {
@@ -339,11 +459,20 @@ int main(int argc, char **argv)
             const row_t *r = &rows[i];
             printf("%s\n  {\"bytes\": %llu, \"ranks\": %d, \"algo\": \"%s\", \"time_us\": %.4f, "
                    "\"algbw_GBps\": %.6f, \"busbw_GBps\": %.6f, \"steps\": %llu, \"events\": %llu, "
-                   "\"classes\": %d, \"mem_bytes\": %zu, \"build_s\": %.4f, \"run_s\": %.4f}",
+                   "\"classes\": %d, \"mem_bytes\": %zu, \"build_s\": %.4f, \"run_s\": %.4f",
                    i ? "," : "", (unsigned long long)r->bytes, r->n, chorus__algo_name((chorus_algo_t)r->algo),
                    r->r.time_s * 1e6, r->r.algbw_GBps, r->r.busbw_GBps,
                    (unsigned long long)r->r.steps, (unsigned long long)r->r.events, r->r.classes,
                    r->r.mem_bytes, r->r.build_s, r->r.run_s);
+            if (r->r.have_path)
+                printf(", \"path\": {\"steps\": %llu, \"ranks\": %d, \"network_us\": %.4f, "
+                       "\"latency_us\": %.4f, \"message_us\": %.4f, \"reduce_us\": %.4f, "
+                       "\"copy_us\": %.4f}",
+                       (unsigned long long)r->r.path.steps, r->r.path.ranks,
+                       r->r.path.network_s * 1e6, r->r.path.latency_s * 1e6,
+                       r->r.path.message_s * 1e6, r->r.path.reduce_s * 1e6,
+                       r->r.path.copy_s * 1e6);
+            printf("}");
         }
         printf("\n]}\n");
     } else {
@@ -373,7 +502,13 @@ int main(int argc, char **argv)
         }
         if (nrows > 0 && o.links > 0) print_links(&rows[nrows - 1], o.links);
         if (nrows > 0 && o.stats) print_stats(&rows[nrows - 1]);
+        for (int i = 0; o.path && i < nrows; i++) print_path(&rows[i]);
     }
+    if (o.trace != NULL && nrows > 0)
+        fprintf(stderr, "chorus-sim: trace of the last run (%s, %llu B, %d ranks) in %s\n",
+                chorus__algo_name((chorus_algo_t)rows[nrows - 1].algo),
+                (unsigned long long)rows[nrows - 1].bytes, rows[nrows - 1].n, o.trace);
+    if (o.plot != NULL && write_plot(o.plot, rows, nrows, fab) != 0) rc = 1;
     for (int i = 0; i < nrows; i++) free(rows[i].r.links);
     free(rows);
     chorus__fabric_free(fab);
