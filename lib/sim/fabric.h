@@ -133,6 +133,10 @@ int chorus__fab_desc_write(const chorus_fab_desc_t *d, void *file /* FILE * */);
 
 /* A description made from a preset, "netns:hosts=16,ranks=2,mbit=100" and the like. */
 chorus_status_t chorus__fab_desc_preset(const char *spec, chorus_fab_desc_t *d);
+
+/* A description from a chorus-fabric --json report (fabric_import.c says what is taken from
+ * it); CHORUS_ERR_INVALID_ARGUMENT, naming the file, for anything else. */
+chorus_status_t chorus__fab_desc_from_fabric(const char *path, chorus_fab_desc_t *d);
 /* The presets and their keys, for usage messages. */
 const char *chorus__fab_preset_help(void);
 

@@ -604,8 +604,8 @@ static chorus_status_t sim_event(sim_t *s, const sim_ev_t *e)
                 *fl |= F_QUEUED;
                 return pair_push(s, pair, sim_g(s, r, i)) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
             }
+            pair->active = sim_g(s, r, i);
         }
-        pair->active = sim_g(s, r, i);
         if (chorus__flownet_advance(s->net, e->t, NULL, 0) < 0) return CHORUS_ERR_NO_MEMORY;
         return chorus__flownet_add(s->net, e->t, links, nl, (double)c->bytes[i],
                                    (uint64_t)r << 32 | i);
@@ -644,9 +644,10 @@ static chorus_status_t sim_flows_end(sim_t *s, double t)
                 return CHORUS_ERR_NO_MEMORY;
             }
             if (ev_push(s, t + lat, EV_ARRIVE, b, j)) return CHORUS_ERR_NO_MEMORY;
-            /* The pair's next message takes the wire. */
-            pair->active = SIM_NONE;
+            /* The pair's next message takes the wire now: it is the pair's active one at
+             * once, so that no send of the same pair that is due at t goes before it. */
             next = pair_pop(pair);
+            pair->active = next;
             if (next != SIM_NONE && ev_push(s, t, EV_FLOW, a, sim_g_step(s, next)))
                 return CHORUS_ERR_NO_MEMORY;
         }

@@ -364,6 +364,54 @@ static void test_sim_critical_path(void **state)
     }
 }
 
+/* A description from a chorus-fabric report: the NIC rate is the median of the hosts' rates
+ * in the concurrent round, a host under 90% of it gets an override with its ratio, the
+ * latency goes to two NIC links after the software cost, tcp brings socket buffers; a report
+ * of another tool, or of hosts with unequal rank counts, is refused by name. */
+static void test_fabric_from_report(void **state)
+{
+    static const char *report =
+        "{\"tool\": \"chorus-fabric\", \"schema_version\": 1, \"run\": {\"nranks\": 8, \"nhosts\": "
+        "4, \"transport\": \"%s\"}, \"host_of\": %s, \"inter\": [{\"a\": 0, \"b\": 1, \"gbps_ab\": "
+        "0.09, \"gbps_ba\": 0.09, \"lat_us\": 40}, {\"a\": 2, \"b\": 3, \"gbps_ab\": 0.04, "
+        "\"gbps_ba\": 0.09, \"lat_us\": 60}], \"intra\": [{\"a\": 0, \"b\": 1, \"gbps_ab\": 30, "
+        "\"gbps_ba\": 34, \"lat_us\": 10}], \"concurrent\": {\"host_tx_gbps\": [0.09, 0.092, 0.045, "
+        "0.088]}}";
+    char path[] = "/tmp/chorus-test-report-XXXXXX";
+    chorus_fab_desc_t d;
+    FILE *f;
+    int fd = mkstemp(path);
+
+    (void)state;
+    assert_true(fd >= 0);
+    f = fdopen(fd, "w");
+    fprintf(f, report, "tcp", "[0, 0, 1, 1, 2, 2, 3, 3]");
+    fclose(f);
+    assert_int_equal(chorus__fab_desc_from_fabric(path, &d), CHORUS_SUCCESS);
+    assert_int_equal(d.hosts, 4);
+    assert_int_equal(d.ranks_per_host, 2);
+    NEAR(d.nic_gbps, 0.089, 1e-9); /* median of 0.045, 0.088, 0.09, 0.092 */
+    NEAR(d.nic_lat_us, (50 - 2 * d.msg_us) / 2, 1e-9);
+    NEAR(d.intra_gbps, 32, 1e-9);
+    NEAR(d.nic_sendbuf, 4 << 20, 1e-9);
+    assert_int_equal(d.noverrides, 1);
+    assert_string_equal(d.overrides[0].link, "h2.nic0");
+    NEAR(d.overrides[0].factor, 0.045 / 0.089, 1e-9);
+    chorus__fab_desc_free(&d);
+
+    f = fopen(path, "w");
+    fprintf(f, report, "tcp", "[0, 0, 1, 1, 2, 2, 3]");
+    fclose(f);
+    assert_int_equal(chorus__fab_desc_from_fabric(path, &d), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(chorus_last_error(), "different numbers of ranks"));
+    f = fopen(path, "w");
+    fputs("{\"tool\": \"chorus-bench\", \"host_of\": [0], \"inter\": []}", f);
+    fclose(f);
+    assert_int_equal(chorus__fab_desc_from_fabric(path, &d), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(chorus_last_error(), path));
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_flow_bundle),
         cmocka_unit_test(test_fabric_errors),
         cmocka_unit_test(test_fabric_routes),
+        cmocka_unit_test(test_fabric_from_report),
         cmocka_unit_test(test_sim_ring_closed_form),
         cmocka_unit_test(test_sim_stream_order),
         cmocka_unit_test(test_sim_eager_sends),

@@ -27,7 +27,7 @@
 #define MAX_SCALE 64
 
 typedef struct {
-    const char *fabric_path, *preset;
+    const char *fabric_path, *preset, *from_fabric;
     chorus_coll_t coll;
     int algos[MAX_ALGOS], nalgos, all, best;
     uint64_t minb, maxb;
@@ -45,7 +45,8 @@ typedef struct {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: chorus-sim (--fabric FILE | --preset SPEC) [options]\n"
+            "usage: chorus-sim (--fabric FILE | --preset SPEC | --from-fabric REPORT) [options]\n"
+            "      --from-fabric R   describe the cluster chorus-fabric --json measured (R)\n"
             "  -c, --coll NAME       allreduce (default), allgather, reduce_scatter, broadcast,\n"
             "                        reduce, alltoall, barrier\n"
             "  -a, --algo LIST       ring (default), tree, rd, rabenseifner, swing, hier, ...;\n"
@@ -117,7 +118,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"json", no_argument, NULL, 'J'},         {"describe", no_argument, NULL, 'D'},
         {"stats", no_argument, NULL, 'T'},        {"help", no_argument, NULL, 'h'},
         {"path", no_argument, NULL, 'Q'},         {"trace", required_argument, NULL, 'R'},
-        {"plot", required_argument, NULL, 'G'},
+        {"plot", required_argument, NULL, 'G'},   {"from-fabric", required_argument, NULL, 'M'},
         {"override", required_argument, NULL, 'O'},
         {0, 0, 0, 0}};
     const char *algo = "ring";
@@ -163,6 +164,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'Q': o->path = 1; break;
         case 'R': o->trace = optarg; break;
         case 'G': o->plot = optarg; break;
+        case 'M': o->from_fabric = optarg; break;
         case 'O': {
             const char *eq = strrchr(optarg, '=');
             chorus_fab_override_t *ov = &o->over[o->nover];
@@ -181,8 +183,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
         default: usage(stderr); return 2;
         }
     }
-    if ((o->fabric_path == NULL) == (o->preset == NULL)) {
-        fprintf(stderr, "chorus-sim: give one of --fabric FILE and --preset SPEC\n");
+    if ((o->fabric_path != NULL) + (o->preset != NULL) + (o->from_fabric != NULL) != 1) {
+        fprintf(stderr, "chorus-sim: give one of --fabric FILE, --preset SPEC and --from-fabric "
+                        "REPORT\n");
         usage(stderr);
         return 2;
     }
@@ -365,7 +368,9 @@ int main(int argc, char **argv)
     int nrows = 0, caprows = 0;
 
     if (rc) return rc;
-    st = o.preset ? chorus__fab_desc_preset(o.preset, &d) : chorus__fab_desc_load(o.fabric_path, &d);
+    st = o.preset        ? chorus__fab_desc_preset(o.preset, &d)
+         : o.from_fabric ? chorus__fab_desc_from_fabric(o.from_fabric, &d)
+                         : chorus__fab_desc_load(o.fabric_path, &d);
     if (st != CHORUS_SUCCESS) {
         fprintf(stderr, "chorus-sim: %s\n", chorus_last_error());
         return 2;
