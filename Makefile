@@ -153,8 +153,8 @@ unit-test: all $(UNIT_BINS)
 bench: all
 	$(BUILD)/bin/chorusrun -n 4 -- $(BUILD)/bin/chorus-bench allreduce -b 8 -e 64M -f 2 -c 1
 
-# Allreduce (ring and tree) on emulated clusters of 2, 4 and 8 hosts, links capped at
-# 200 Mbit/s: needs root and network namespaces (tests/cluster/cluster_bench.sh --help).
+# Allreduce (ring, tree, hier) on emulated clusters of 2, 4, 8 and 16 hosts, links capped at
+# 100 Mbit/s: needs root and network namespaces (tests/cluster/cluster_bench.sh --help).
 .PHONY: cluster-bench
 cluster-bench: all
 	BUILD=$(BUILD) sh tests/cluster/cluster_bench.sh $(CLUSTER_BENCH_ARGS)

@@ -3,8 +3,9 @@
 # (tests/cluster/cluster.sh): shared memory between the two ranks of a host, TCP over the
 # veths and the bridge between hosts. Once per algorithm on free links, then once with
 # capped links and one host four times slower than the others (a straggler link: the
-# pipelines must wait for it, not lose or reorder data). Also checks that every rank
-# really mixed the transports: "peers: 1 shm, 6 tcp". Skipped (77) without netns.
+# pipelines must wait for it, not lose or reorder data); then on 16 hosts x 1 and x 2.
+# Also checks that every rank really mixed the transports: "peers: 1 shm, 6 tcp" on 4 x 2.
+# Skipped (77) without netns.
 set -u
 BUILD=${BUILD:-build}
 HERE=$(dirname "$0")
@@ -19,21 +20,23 @@ LOG=$(mktemp "${TMPDIR:-/tmp}/chorus-cluster-matrix.XXXXXX") || exit 1
 trap 'rm -f "$LOG"' EXIT
 FAILED=0
 
-# case LABEL [cluster options] -- matrix options
+# case LABEL [cluster options] -- matrix options (HOSTS x RPH ranks, 4 x 2 unless set)
+HOSTS=4 RPH=2
 case_run() {
     label=$1
     shift
     t0=$(date +%s)
-    sh "$HERE/cluster.sh" --hosts 4 --ranks-per-host 2 --timeout 100 "$@" >"$LOG" 2>&1
+    sh "$HERE/cluster.sh" --hosts "$HOSTS" --ranks-per-host "$RPH" --timeout 200 "$@" >"$LOG" 2>&1
     rc=$?
     if [ "$rc" -eq 77 ]; then
         grep 'skipped:' "$LOG" | tail -n 1
         exit 77
     fi
+    n=$((HOSTS * RPH))
     summary=$(grep '\[host0 r0\] mp_coll_matrix: .* passed, 0 failed' "$LOG")
-    mixed=$(grep -c 'ready: rank [0-7] of 8 on 4 host(s); peers: 1 shm, 6 tcp' "$LOG")
-    if [ "$rc" -ne 0 ] || [ -z "$summary" ] || [ "$mixed" -ne 8 ]; then
-        echo "FAIL $label: cluster exit $rc, $mixed of 8 ranks with 1 shm + 6 tcp peers"
+    mixed=$(grep -c "ready: rank [0-9]* of $n on $HOSTS host(s); peers: $((RPH - 1)) shm, $((n - RPH)) tcp" "$LOG")
+    if [ "$rc" -ne 0 ] || [ -z "$summary" ] || [ "$mixed" -ne "$n" ]; then
+        echo "FAIL $label: cluster exit $rc, $mixed of $n ranks with $((RPH - 1)) shm + $((n - RPH)) tcp peers"
         grep -v ' core: .* bytes (class ' "$LOG" | tail -n 40
         FAILED=1
         return
@@ -49,5 +52,12 @@ done
 case_run "4x2 links 400mbit, host 2 at 100mbit, algo=auto" \
     --rate 400mbit --rate-of 2=100mbit -- "$PROG" --large 0
 
+# 16 hosts (issue 19): every collective over tcp between 16 network namespaces, and with a
+# rank pair on each (32 ranks on this machine's cores, so only the standard counts).
+HOSTS=16 RPH=1
+case_run "16x1 free links, algo=auto" -- "$PROG" --large 0
+HOSTS=16 RPH=2
+case_run "16x2 free links, algo=auto" -- "$PROG" --large 0
+
 [ "$FAILED" -eq 0 ] || exit 1
-echo "cluster matrix: every collective exact on 4 hosts x 2 ranks (shm within, tcp between)"
+echo "cluster matrix: every collective exact on 4 hosts x 2 ranks and 16 hosts x 1 and 2 (shm within, tcp between)"
