@@ -7,7 +7,7 @@
 #
 #   bench/sim/validate.sh [--hosts "2 4 8 16"] [--rph "1 2"] [--algos "ring tree
 #       rabenseifner hier"] [--rate 100mbit] [--sizes "64K 64M 4"] [--cases "uniform slow"]
-#       [--iters 1] [--burst 80kb] [--latency 5ms] [--out FILE] [--logs DIR]
+#       [--iters 1] [--burst 80kb] [--latency 100ms] [--out FILE] [--logs DIR]
 #
 # busbw is nccl-tests' convention over all ranks: size / time * 2 (n-1) / n with n the rank
 # count, time the mean of the out-of-place and in-place runs of rank 0. "slow" caps host 1's
@@ -16,8 +16,11 @@
 # cluster.sh's 80 kB: it lets calls of 64-256 KiB through faster than the link's rate, a
 # burst the model has no notion of, but smaller buckets starve once the machine is busy (16
 # hosts, ring at 16 MiB: 5.8 MB/s with 12 kB, 7.2 with 32 kB, 11.3 with 80 kB; the link
-# carries 11.95). tbf's queue (--latency) is 5 ms, as in make cluster-bench: a deep one
-# delays every message that crosses it, which the model does not know. Needs root and network
+# carries 11.95). tbf's queue (--latency) is cluster.sh's 100 ms: a deep queue delays every
+# message that crosses it, which the model does not know, but a shallow one (make
+# cluster-bench's 5 ms, kind to the ring) drops the segments of a tree's or halving-doubling's
+# converging senders, and TCP's backoff then costs far more (8 hosts, tree, 1 MiB: 2.3 MB/s
+# with 5 ms, about 6 with 100 ms). Needs root and network
 # namespaces (exit 77 otherwise). Writes FILE (default build/sim-validation.md) and prints it.
 set -u
 BUILD=${BUILD:-build}
@@ -31,7 +34,7 @@ SIZES="64K 64M 4"
 CASES="uniform slow"
 ITERS=1
 BURST=80kb
-LATENCY=5ms
+LATENCY=100ms
 OUT=""
 LOGS=""
 

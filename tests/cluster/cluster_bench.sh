@@ -40,7 +40,10 @@
 # Why a 5 ms queue (tbf latency; cluster.sh's default is 100 ms): a deep queue delays every
 # chunk of a ring by up to its depth at each hop, and at 16 hosts the pipeline never hides
 # it (ring, 64 MiB: 0.84-0.86 with 100 ms, 0.90 with 20 ms, 0.92 with 5 ms, though tbf then
-# drops packets and TCP resends them). Switch ports hold a few milliseconds, not 100.
+# drops packets and TCP resends them). Switch ports hold a few milliseconds, not 100. The
+# price: where senders converge on one link (tree, halving-doubling) a shallow queue drops
+# their segments and TCP backs off (8 hosts, tree, 1 MiB: 2.3 MB/s with 5 ms, about 6 with
+# 100 ms); --latency 100ms measures those as before.
 # Exit status: 0 when every run completed (whether or not the target was met), 77 when
 # namespaces are unavailable, 1 when a run failed; --strict also fails on a missed target.
 set -u
