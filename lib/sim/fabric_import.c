@@ -14,7 +14,8 @@
  * - latencies: a pair's one-way latency is the software cost on both ends plus two NIC
  *   links, so each NIC link gets (median latency - 2 x msg_us) / 2;
  * - inside hosts: the median rate and latency of the intra pairs;
- * - socket buffers: the tcp transport's 4 MiB when tcp carried the traffic, else none.
+ * - socket buffers: the tcp transport's 4 MiB when tcp carried the traffic (run.transport
+ *   tcp, or auto, which is tcp between hosts), else none and 2 us of software a message.
  * The CPU figures (message software cost, reduce and copy rates) are not in the report and
  * stay the netns preset's, which docs/fabric.md calls starting points.
  */
@@ -78,7 +79,7 @@ chorus_status_t chorus__fab_desc_from_fabric(const char *path, chorus_fab_desc_t
     json_t *root = json_load_file(path, 0, &err), *host_of, *inter, *intra, *p;
     const char *transport, *tool;
     double *v = NULL, *rates = NULL, nic, lat;
-    int nranks, nhosts = 0, rph = -1, n = 0, nslow = 0, made = 0;
+    int nranks, nhosts = 0, rph = -1, n = 0, nslow = 0, made = 0, tcp;
     int *count = NULL;
     size_t k;
     chorus_status_t st = CHORUS_SUCCESS;
@@ -129,8 +130,10 @@ chorus_status_t chorus__fab_desc_from_fabric(const char *path, chorus_fab_desc_t
     snprintf(d->name, sizeof d->name, "measured-%dx%d", nhosts, rph);
     d->hosts = nhosts;
     d->ranks_per_host = rph;
-    d->nic_sendbuf = transport != NULL && strcmp(transport, "tcp") == 0 ? 4 << 20 : 0;
-    if (transport != NULL && strcmp(transport, "tcp") != 0) d->msg_us = 2;
+    /* "auto" carries traffic between hosts over tcp (CHORUS_TRANSPORT's meaning). */
+    tcp = transport == NULL || strcmp(transport, "tcp") == 0 || strcmp(transport, "auto") == 0;
+    d->nic_sendbuf = tcp ? 4 << 20 : 0;
+    if (!tcp) d->msg_us = 2;
 
     if (nhosts > 1) {
         for (int h = 0; h < nhosts; h++) rates[h] = host_rate(root, h, v);
