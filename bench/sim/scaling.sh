@@ -1,8 +1,9 @@
 #!/bin/sh
 # The scaling table of issue 19 (acceptance 2): allreduce on a described 8-GPU-per-host,
 # 8-rail, 2:1 fat tree (chorus-sim's fattree preset) for each rank count and size, per
-# algorithm and the fastest of them (chorus-sim -a best), with the crossover sizes between
-# algorithms per rank count; a markdown file and a gnuplot plot of busbw against ranks.
+# algorithm, the fastest of them (chorus-sim -a best) and the tuner's pick (chorus-sim -a
+# tuner: the choice lib/tune makes on this fabric, then replayed), with the crossover sizes
+# between algorithms per rank count; a markdown file and a gnuplot plot of busbw against ranks.
 #
 #   bench/sim/scaling.sh [--ranks "8 64 512 4096"] [--algos "ring tree hier"]
 #       [--sizes "16M 1G"] [--small-ranks 512] [--small-sizes "64K 256K 1M 4M 16M 64M 256M
@@ -59,8 +60,8 @@ algos_csv=$(echo "$ALGOS" | tr ' ' ',')
 for n in $RANKS; do
     sizes=$SIZES
     [ "$n" -le "$SMALL_RANKS" ] && sizes=$SMALL_SIZES
-    picks="$algos_csv best"
-    [ "$n" -le "$SMALL_RANKS" ] || picks=$algos_csv
+    picks="$algos_csv best tuner"
+    [ "$n" -le "$SMALL_RANKS" ] || picks="$algos_csv tuner"
     for b in $sizes; do
         for a in $picks; do
             t0=$(date +%s)
@@ -69,7 +70,7 @@ for n in $RANKS; do
                 >"$ROWS.json" ||
                 { echo "scaling: chorus-sim failed at $n ranks, $b, $a" >&2; exit 1; }
             sed -n 's/.*"bytes": \([0-9]*\), "ranks": \([0-9]*\), "algo": "\([a-z_]*\)", "time_us": \([0-9.e+-]*\), "algbw_GBps": [0-9.e+-]*, "busbw_GBps": \([0-9.e+-]*\), .*"mem_bytes": \([0-9]*\), "build_s": \([0-9.]*\), "run_s": \([0-9.]*\).*/\1 \2 \3 \4 \5 \6 \7 \8/p' \
-                "$ROWS.json" | awk -v pick="$a" '{ if (pick == "best") $3 = "best:" $3; print }' >>"$ROWS"
+                "$ROWS.json" | awk -v pick="$a" '{ if (pick == "best" || pick == "tuner") $3 = pick ":" $3; print }' >>"$ROWS"
             echo "  $n ranks, $b, $a: $(($(date +%s) - t0)) s" >&2
         done
     done
@@ -87,6 +88,7 @@ awk -v preset="$PRESET" -v chunk="$CHUNK" -v first="${RANKS%% *}" -v desc="$DESC
     {
         bytes = $1; n = $2; algo = $3; t = $4; bus = $5
         if (algo ~ /^best:/) { best[n, bytes] = substr(algo, 6); bestbus[n, bytes] = bus; next }
+        if (algo ~ /^tuner:/) { tuner[n, bytes] = substr(algo, 7); tunerbus[n, bytes] = bus; next }
         if (!(algo in seen)) { seen[algo] = 1; algos[++na] = algo }
         if (!(n in seenn)) { seenn[n] = 1; ns[++nn] = n }
         if (!((n, bytes) in seenb)) { seenb[n, bytes] = 1; sizes[n, ++nsz[n]] = bytes }
@@ -104,13 +106,14 @@ awk -v preset="$PRESET" -v chunk="$CHUNK" -v first="${RANKS%% *}" -v desc="$DESC
         print ""
         print "busbw in GB/s (nccl-tests convention); eff: busbw against the same algorithm and size"
         printf "at %d ranks; best: the fastest of all algorithms (`chorus-sim -a best`), or, marked *,\n", first
-        print "of the three shown.\n"
+        print "of the three shown; tuner: the algorithm the tuner (lib/tune) picks on this fabric"
+        print "(`chorus-sim -a tuner`), its busbw, and that over the best one'"'"'s.\n"
         printf "| ranks | size |"
         for (a = 1; a <= na; a++) printf " %s | eff |", algos[a]
-        print " best |"
+        print " best | tuner | tuner/best |"
         printf "| --- | --- |"
         for (a = 1; a <= na; a++) printf " --- | --- |"
-        print " --- |"
+        print " --- | --- | --- |"
         for (i = 1; i <= nn; i++) {
             n = ns[i]
             for (s = 1; s <= nsz[n]; s++) {
@@ -123,8 +126,13 @@ awk -v preset="$PRESET" -v chunk="$CHUNK" -v first="${RANKS%% *}" -v desc="$DESC
                     if (base > 0) printf " %.0f%% |", 100 * x / base
                     else printf " - |"
                 }
-                if (!((n, b) in best)) best[n, b] = fast[n, b] "*"
-                printf " %s |\n", best[n, b]
+                if (!((n, b) in best)) { best[n, b] = fast[n, b] "*"; bestbus[n, b] = busbw[n, fast[n, b], b] }
+                printf " %s |", best[n, b]
+                if ((n, b) in tuner)
+                    printf " %s %.1f | %.2f |\n", tuner[n, b], tunerbus[n, b],
+                           (bestbus[n, b] > 0 ? tunerbus[n, b] / bestbus[n, b] : 0)
+                else
+                    printf " - | - |\n"
             }
         }
         print ""

@@ -35,6 +35,9 @@ struct chorus_fabric {
     /* Per rank: its port's up link (rank -> hub); down is up + 1. Per host: the bus link
      * (-1: none). Per NIC endpoint (host * nics + k): its up link (nic -> switch). */
     int32_t *port_up, *bus, *nic_up;
+    /* With intra_pairs, per host and ordered pair of local ranks (h * rph + la) * rph + lb:
+     * the directed link la -> lb. */
+    int32_t *pair;
     /* The network graph for routing: outgoing links per node (CSR) over NIC endpoints
      * and switches, and incoming (reverse) for the distances. */
     int32_t *out_begin, *out_link, *in_begin, *in_link;
@@ -150,6 +153,17 @@ static chorus_status_t fab_check(const chorus_fab_desc_t *d)
     if (d->bus_gbps < 0) return fab_bad("intra.bus_gbps must be >= 0");
     if (!(d->nic_sendbuf >= 0) || d->nic_sendbuf > 1e12)
         return fab_bad("nic.send_buffer_bytes must be 0 to 1e12");
+    if (!(d->intra_sendbuf >= 0) || d->intra_sendbuf > 1e12)
+        return fab_bad("intra.send_buffer_bytes must be 0 to 1e12");
+    if (d->intra_pairs && (d->ranks_per_host > 256 || (double)d->hosts * d->ranks_per_host *
+                                                          d->ranks_per_host > (1 << 24)))
+        return fab_bad("intra.pairs: at most 256 ranks per host and 16M pairs in all");
+    if (!(d->intra_send_ns >= 0) || !(d->intra_recv_ns >= 0) || !(d->net_send_ns >= 0) ||
+        !(d->net_recv_ns >= 0))
+        return fab_bad("send_ns and recv_ns must be >= 0");
+    if (!(d->step_us >= 0) || !(d->wait_us >= 0) || !(d->llc_mb >= 0) ||
+        !(d->dram_factor >= 0))
+        return fab_bad("cpu.step_us, wait_us, llc_mb and dram_factor must be >= 0");
     if (!(d->reduce_GBps > 0) || !(d->copy_GBps > 0))
         return fab_bad("cpu.reduce_GBps and cpu.copy_GBps must be > 0");
     if (d->intra_lat_us < 0 || d->nic_lat_us < 0 || d->switch_lat_us < 0 || d->msg_us < 0)
@@ -400,6 +414,23 @@ chorus_status_t chorus__fabric_build(const chorus_fab_desc_t *d, chorus_fabric_t
                                  name);
         if (f->port_up[r] < 0) goto nomem;
     }
+    if (d->intra_pairs) {
+        const int rph = f->rph;
+        f->pair = malloc((size_t)f->nhosts * rph * rph * sizeof *f->pair + 1);
+        if (f->pair == NULL) goto nomem;
+        for (int h = 0; h < f->nhosts; h++)
+            for (int a = 0; a < rph; a++)
+                for (int b = a + 1; b < rph; b++) {
+                    char name[FAB_LINK_NAME_MAX];
+                    int id;
+                    snprintf(name, sizeof name, "h%d.r%d-r%d", h, a, b);
+                    id = fab_link(f, h * rph + a, h * rph + b, d->intra_gbps,
+                                  2 * d->intra_lat_us, name);
+                    if (id < 0) goto nomem;
+                    f->pair[((size_t)h * rph + a) * rph + b] = id;
+                    f->pair[((size_t)h * rph + b) * rph + a] = id + 1;
+                }
+    }
     for (int h = 0; h < f->nhosts; h++) {
         char name[FAB_LINK_NAME_MAX];
         f->bus[h] = -1;
@@ -440,6 +471,7 @@ void chorus__fabric_free(chorus_fabric_t *f)
     free(f->port_up);
     free(f->bus);
     free(f->nic_up);
+    free(f->pair);
     free(f->out_begin);
     free(f->out_link);
     free(f->in_begin);
@@ -466,6 +498,8 @@ void chorus__fabric_link_name(const chorus_fabric_t *f, int id, char *buf, size_
     const char *dir;
 
     if (l->from == l->to) dir = "";
+    else if (l->from < f->node_hub0 && l->to < f->node_hub0)
+        dir = id % 2 == 0 ? " (forth)" : " (back)"; /* a pair's link: first rank to second */
     else if (l->from < f->node_hub0) dir = " (out)";   /* rank -> hub */
     else if (l->to < f->node_hub0) dir = " (in)";      /* hub -> rank */
     else if (l->from < f->node_sw0 && l->from >= f->node_nic0) dir = " (out)";
@@ -587,6 +621,11 @@ chorus_status_t chorus__fabric_route(chorus_fabric_t *f, int a, int b, const int
         off = f->npool;
         if (a == b) {
             /* a copy to self: no link */
+        } else if (ha == hb && f->pair != NULL) {
+            int l = f->pair[((size_t)ha * f->rph + a % f->rph) * f->rph + b % f->rph];
+            if (fab_pool_push(f, l)) st = CHORUS_ERR_NO_MEMORY;
+            lat = f->links[l].lat_s;
+            if (f->links[l].bw <= 0) st = CHORUS_ERR_REMOTE;
         } else if (ha == hb) {
             int up = f->port_up[a], down = f->port_up[b] + 1;
             if (fab_pool_push(f, up) || (f->bus[ha] >= 0 && fab_pool_push(f, f->bus[ha])) ||

@@ -57,6 +57,11 @@ typedef struct {
     double intra_gbps;   /* per rank port, each direction; Gbit/s */
     double intra_lat_us;
     double bus_gbps;     /* 0: no bus */
+    int intra_pairs;     /* 1: each ordered pair of a host's ranks has a link of its own, of
+                          * intra_gbps and twice intra_lat_us, instead of crossing the two
+                          * ranks' ports: shared-memory rings, one per pair, whose limit is
+                          * the copies at each end rather than a port */
+    double intra_sendbuf;/* as nic_sendbuf, for messages inside a host */
     /* NICs: per host; rank r uses NIC (r's local index) % nics. */
     int nics;
     double nic_gbps;
@@ -77,9 +82,26 @@ typedef struct {
     chorus_fab_xlink_t *xlinks;
     /* Software and CPU: per message on each end, and the local reduce and copy rates. */
     double msg_us;       /* per message, sender and receiver each */
-    double reduce_GBps;  /* float32 sum: GB/s of one input (other types scaled by size) */
+    double reduce_GBps;  /* float32 sum: GB/s of one input (other types scaled by size;
+                          * float16 and bfloat16 cost 3 times their bytes: each element is
+                          * converted both ways) */
     double copy_GBps;    /* memcpy, GB/s */
     int cores_per_host;  /* CPU work of a host's ranks shares these (0: one per rank) */
+    /* CPU time per byte of a message at each end, inside a host (intra_) and across hosts
+     * (net_): the copies into and out of a shared-memory ring or a socket, which the link's
+     * rate alone does not charge to the ranks' CPUs. ns per byte; 0: none. */
+    double intra_send_ns, intra_recv_ns, net_send_ns, net_recv_ns;
+    double step_us;      /* the engine's overhead per reduce or copy step */
+    double wait_us;      /* a receive on a host with more ranks than cores: its rank has
+                          * yielded the core and is switched back in */
+    /* Per-byte CPU work runs at cache speed while the host's working set (every local
+     * rank's send and receive buffer) fits in llc_mb, dram_factor times slower once it is
+     * 4 times larger, log-linear between; llc_mb 0: always cache speed. */
+    double llc_mb, dram_factor;
+    int recv_streams;    /* 1: a receive copies out while its data streams in: it may begin
+                          * once the first bytes are there (the send's software cost and the
+                          * path's latency after the send began) and ends no sooner than its
+                          * last bytes plus msg_us; 0: it begins when the last bytes are there */
     int noverrides;
     chorus_fab_override_t *overrides;
 } chorus_fab_desc_t;

@@ -77,6 +77,17 @@ static void fj_str(fj_ctx_t *c, json_t *obj, const char *path, const char *key, 
         snprintf(out, len, "%s", json_string_value(v));
 }
 
+static void fj_bool(fj_ctx_t *c, json_t *obj, const char *path, const char *key, int *out)
+{
+    json_t *v = json_object_get(obj, key);
+    char where[160];
+
+    if (v == NULL) return;
+    snprintf(where, sizeof where, "%s%s%s", path, path[0] ? "." : "", key);
+    if (!json_is_boolean(v)) fj_fail(c, where, "not true or false");
+    else *out = json_is_true(v);
+}
+
 static json_t *fj_obj(fj_ctx_t *c, json_t *obj, const char *key)
 {
     json_t *v = json_object_get(obj, key);
@@ -207,10 +218,13 @@ chorus_status_t chorus__fab_desc_parse(const char *text, const char *name, choru
 {
     static const char *const keys[] = {"name", "hosts", "ranks_per_host", "intra", "nic",
                                        "network", "cpu", "overrides", "comment", NULL};
-    static const char *const ikeys[] = {"kind", "gbps", "lat_us", "bus_gbps", NULL};
-    static const char *const nkeys[] = {"count", "gbps", "lat_us", "send_buffer_bytes", NULL};
+    static const char *const ikeys[] = {"kind", "gbps", "lat_us", "bus_gbps", "pairs",
+                                        "send_buffer_bytes", "send_ns", "recv_ns", NULL};
+    static const char *const nkeys[] = {"count", "gbps", "lat_us", "send_buffer_bytes",
+                                        "send_ns", "recv_ns", NULL};
     static const char *const ckeys[] = {"msg_us", "reduce_GBps", "copy_GBps", "cores_per_host",
-                                        NULL};
+                                        "step_us", "wait_us", "llc_mb", "dram_factor",
+                                        "recv_streams", NULL};
     fj_ctx_t c = {name, CHORUS_SUCCESS};
     json_error_t err;
     json_t *root = json_loads(text, 0, &err), *o;
@@ -233,6 +247,10 @@ chorus_status_t chorus__fab_desc_parse(const char *text, const char *name, choru
         fj_num(&c, o, "intra", "gbps", &d->intra_gbps);
         fj_num(&c, o, "intra", "lat_us", &d->intra_lat_us);
         fj_num(&c, o, "intra", "bus_gbps", &d->bus_gbps);
+        fj_bool(&c, o, "intra", "pairs", &d->intra_pairs);
+        fj_num(&c, o, "intra", "send_buffer_bytes", &d->intra_sendbuf);
+        fj_num(&c, o, "intra", "send_ns", &d->intra_send_ns);
+        fj_num(&c, o, "intra", "recv_ns", &d->intra_recv_ns);
     }
     if ((o = fj_obj(&c, root, "nic")) != NULL) {
         fj_keys(&c, o, "nic", nkeys);
@@ -240,6 +258,8 @@ chorus_status_t chorus__fab_desc_parse(const char *text, const char *name, choru
         fj_num(&c, o, "nic", "gbps", &d->nic_gbps);
         fj_num(&c, o, "nic", "lat_us", &d->nic_lat_us);
         fj_num(&c, o, "nic", "send_buffer_bytes", &d->nic_sendbuf);
+        fj_num(&c, o, "nic", "send_ns", &d->net_send_ns);
+        fj_num(&c, o, "nic", "recv_ns", &d->net_recv_ns);
     }
     if ((o = fj_obj(&c, root, "cpu")) != NULL) {
         fj_keys(&c, o, "cpu", ckeys);
@@ -247,6 +267,11 @@ chorus_status_t chorus__fab_desc_parse(const char *text, const char *name, choru
         fj_num(&c, o, "cpu", "reduce_GBps", &d->reduce_GBps);
         fj_num(&c, o, "cpu", "copy_GBps", &d->copy_GBps);
         fj_int(&c, o, "cpu", "cores_per_host", &d->cores_per_host);
+        fj_num(&c, o, "cpu", "step_us", &d->step_us);
+        fj_num(&c, o, "cpu", "wait_us", &d->wait_us);
+        fj_num(&c, o, "cpu", "llc_mb", &d->llc_mb);
+        fj_num(&c, o, "cpu", "dram_factor", &d->dram_factor);
+        fj_bool(&c, o, "cpu", "recv_streams", &d->recv_streams);
     }
     if ((o = fj_obj(&c, root, "network")) != NULL) fj_network(&c, o, d);
     if ((o = json_object_get(root, "overrides")) != NULL) fj_overrides(&c, o, d);
@@ -290,12 +315,16 @@ int chorus__fab_desc_write(const chorus_fab_desc_t *d, void *file)
     json_object_set_new(root, "name", json_string(d->name));
     json_object_set_new(root, "hosts", json_integer(d->hosts));
     json_object_set_new(root, "ranks_per_host", json_integer(d->ranks_per_host));
-    json_object_set_new(root, "intra", json_pack("{s:s, s:f, s:f, s:f}", "kind", d->intra_kind,
-                                                 "gbps", d->intra_gbps, "lat_us", d->intra_lat_us,
-                                                 "bus_gbps", d->bus_gbps));
-    json_object_set_new(root, "nic", json_pack("{s:i, s:f, s:f, s:f}", "count", d->nics, "gbps",
-                                               d->nic_gbps, "lat_us", d->nic_lat_us,
-                                               "send_buffer_bytes", d->nic_sendbuf));
+    json_object_set_new(root, "intra",
+                        json_pack("{s:s, s:f, s:f, s:f, s:b, s:f, s:f, s:f}", "kind",
+                                  d->intra_kind, "gbps", d->intra_gbps, "lat_us", d->intra_lat_us,
+                                  "bus_gbps", d->bus_gbps, "pairs", d->intra_pairs != 0,
+                                  "send_buffer_bytes", d->intra_sendbuf, "send_ns",
+                                  d->intra_send_ns, "recv_ns", d->intra_recv_ns));
+    json_object_set_new(root, "nic", json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "count", d->nics,
+                                               "gbps", d->nic_gbps, "lat_us", d->nic_lat_us,
+                                               "send_buffer_bytes", d->nic_sendbuf, "send_ns",
+                                               d->net_send_ns, "recv_ns", d->net_recv_ns));
     json_object_set_new(net, "type", json_string(types[d->net]));
     if (d->net == CHORUS_FAB_NET_FAT_TREE) {
         json_object_set_new(net, "levels", json_integer(d->levels));
@@ -317,9 +346,13 @@ int chorus__fab_desc_write(const chorus_fab_desc_t *d, void *file)
         json_object_set_new(net, "links", ln);
     }
     json_object_set_new(root, "network", net);
-    json_object_set_new(root, "cpu", json_pack("{s:f, s:f, s:f, s:i}", "msg_us", d->msg_us,
-                                               "reduce_GBps", d->reduce_GBps, "copy_GBps",
-                                               d->copy_GBps, "cores_per_host", d->cores_per_host));
+    json_object_set_new(root, "cpu",
+                        json_pack("{s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:b}", "msg_us",
+                                  d->msg_us, "reduce_GBps", d->reduce_GBps, "copy_GBps",
+                                  d->copy_GBps, "cores_per_host", d->cores_per_host, "step_us",
+                                  d->step_us, "wait_us", d->wait_us, "llc_mb", d->llc_mb,
+                                  "dram_factor", d->dram_factor, "recv_streams",
+                                  d->recv_streams != 0));
     for (int i = 0; i < d->noverrides; i++) {
         const chorus_fab_override_t *o = &d->overrides[i];
         json_array_append_new(ov, o->down ? json_pack("{s:s, s:b}", "link", o->link, "down", 1)

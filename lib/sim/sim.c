@@ -285,7 +285,7 @@ static chorus_status_t sim_build(sim_t *s, uint64_t count)
         goto out;
     }
     for (int r = 0; r < s->n; r++) {
-        host_of[r] = chorus__fabric_host_of(s->fab, r);
+        host_of[r] = s->host[r];
         if (host_of[r] + 1 > nhosts) nhosts = host_of[r] + 1;
     }
     memset(&ca, 0, sizeof ca);
@@ -377,16 +377,44 @@ out:
     return st;
 }
 
+/* 1 when rank r's message step i goes to or comes from another host. */
+static int sim_inter(const sim_t *s, const sim_class_t *c, int r, uint32_t i)
+{
+    return s->host[r] != s->host[(r + c->relpeer[i]) % s->n];
+}
+
+/* The reduce cost of a dtype relative to its bytes at the float32 rate: half-precision
+ * sums convert each element both ways. */
+static double sim_reduce_scale(chorus_dtype_t dt)
+{
+    return dt == CHORUS_FLOAT16 || dt == CHORUS_BFLOAT16 ? 3.0 : 1.0;
+}
+
 double chorus__sim_cpu(const sim_t *s, const sim_class_t *c, int r, uint32_t i)
 {
+    const double b = (double)c->bytes[i];
     double t = 0;
     switch (c->kind[i]) {
-    case CHORUS_STEP_SEND:
-    case CHORUS_STEP_RECV: t = s->msg_s; break;
-    case CHORUS_STEP_REDUCE: t = (double)c->bytes[i] / s->reduce_Bps; break;
-    case CHORUS_STEP_COPY: t = (double)c->bytes[i] / s->copy_Bps; break;
+    case CHORUS_STEP_SEND: t = s->msg_s + b * s->send_s[sim_inter(s, c, r, i)]; break;
+    case CHORUS_STEP_RECV:
+        t = s->msg_s + b * s->recv_s[sim_inter(s, c, r, i)];
+        if (s->stretch[r] > 1) t += s->wait_s;
+        break;
+    case CHORUS_STEP_REDUCE:
+        t = s->step_s + b * s->cache * sim_reduce_scale(s->a->dtype) / s->reduce_Bps;
+        break;
+    case CHORUS_STEP_COPY: t = s->step_s + b * s->cache / s->copy_Bps; break;
     }
     return t * s->stretch[r];
+}
+
+uint64_t chorus__sim_recv_source(const sim_t *s, uint32_t r, uint32_t i)
+{
+    const sim_class_t *c = s->classes[s->cls[r]];
+    uint32_t a = (uint32_t)((r + (uint32_t)c->relpeer[i]) % (uint32_t)s->n);
+    uint32_t k = class_msg(s->classes[s->cls[a]], 0, (int32_t)((r + s->n - a) % (uint32_t)s->n),
+                           c->ordinal[i]);
+    return k == UINT32_MAX ? SIM_NONE : sim_g(s, a, k);
 }
 
 static chorus_status_t sim_done(sim_t *s, uint32_t r, uint32_t i, double t)
@@ -519,12 +547,34 @@ static chorus_status_t sim_match(const sim_t *s, uint32_t a, const sim_class_t *
 }
 
 /* A RECV posted and with its data (the later of the two at t; start_why: which): the
- * receiver's software cost, then done. */
+ * receiver's software cost, then done. Streaming, the data is its first bytes, and it is
+ * done once its CPU part is and its last bytes are there (EV_RCPU, EV_TAIL). */
 static chorus_status_t sim_recv_done(sim_t *s, const sim_class_t *c, uint32_t r, uint32_t i,
                                      double t, int start_why)
 {
     sim_cpu_take(s, c, r, i, t, start_why);
-    return ev_push(s, s->cpu_free[r], EV_DONE, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
+    return ev_push(s, s->cpu_free[r], s->streams ? EV_RCPU : EV_DONE, r, i)
+               ? CHORUS_ERR_NO_MEMORY
+               : CHORUS_SUCCESS;
+}
+
+/* Streaming: the first bytes of rank r's SEND i, whose CPU part starts at start, reach
+ * the receiver the send's software cost and the path's latency later. */
+static chorus_status_t sim_first_bytes(sim_t *s, const sim_class_t *c, uint32_t r, uint32_t i,
+                                       double start)
+{
+    uint32_t b, j;
+    const int32_t *links;
+    int nl;
+    double lat;
+    chorus_status_t st = sim_match(s, r, c, i, &b, &j);
+
+    if (st == CHORUS_SUCCESS)
+        st = chorus__fabric_route(s->fab, s->frank[r], s->frank[b], &links, &nl, &lat);
+    if (st != CHORUS_SUCCESS) return st;
+    if (s->r_scause != NULL) s->r_scause[sim_g(s, b, j)] = sim_g(s, r, i);
+    return ev_push(s, start + s->msg_s + lat, EV_FIRST, b, j) ? CHORUS_ERR_NO_MEMORY
+                                                             : CHORUS_SUCCESS;
 }
 
 /* Posts message j of rank r at t: a SEND pays its CPU part and then leaves as a flow; a
@@ -536,11 +586,17 @@ static chorus_status_t sim_post_one(sim_t *s, const sim_class_t *c, uint32_t r, 
 
     sim_note_ready(s, sim_g(s, r, j), t, trigger);
     if (c->kind[j] == CHORUS_STEP_SEND) {
+        const double start = t > s->cpu_free[r] ? t : s->cpu_free[r];
         sim_cpu_take(s, c, r, j, t, SIM_START_READY);
+        if (s->streams) {
+            chorus_status_t st = sim_first_bytes(s, c, r, j, start);
+            if (st != CHORUS_SUCCESS) return st;
+        }
         return ev_push(s, s->cpu_free[r], EV_FLOW, r, j) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
     }
     *fl |= F_POSTED;
-    return (*fl & F_ARRIVED) ? sim_recv_done(s, c, r, j, t, SIM_START_READY) : CHORUS_SUCCESS;
+    return (*fl & (s->streams ? F_FIRST : F_ARRIVED)) ? sim_recv_done(s, c, r, j, t, SIM_START_READY)
+                                                      : CHORUS_SUCCESS;
 }
 
 /* Message i of rank r is ready at t: it, and the ready ones behind it to the same peer and
@@ -578,24 +634,36 @@ static chorus_status_t sim_event(sim_t *s, const sim_ev_t *e)
         return ev_push(s, s->cpu_free[r], EV_DONE, r, i) ? CHORUS_ERR_NO_MEMORY : CHORUS_SUCCESS;
     case EV_ARRIVE:
         *fl |= F_ARRIVED;
+        if (s->streams)
+            return ev_push(s, e->t + s->msg_s, EV_TAIL, r, i) ? CHORUS_ERR_NO_MEMORY
+                                                                : CHORUS_SUCCESS;
         return (*fl & F_POSTED) ? sim_recv_done(s, c, r, i, e->t, SIM_START_DATA) : CHORUS_SUCCESS;
+    case EV_FIRST:
+        *fl |= F_FIRST;
+        return (*fl & F_POSTED) ? sim_recv_done(s, c, r, i, e->t, SIM_START_FIRST)
+                                : CHORUS_SUCCESS;
+    case EV_RCPU:
+    case EV_TAIL:
+        *fl |= e->type == EV_RCPU ? F_RCPU : F_TAIL;
+        return (*fl & F_RCPU) && (*fl & F_TAIL) ? sim_done(s, r, i, e->t) : CHORUS_SUCCESS;
     case EV_FLOW: {
         uint32_t b, j;
         const int32_t *links;
         int nl;
         double lat;
         st = sim_match(s, r, c, i, &b, &j);
-        if (st == CHORUS_SUCCESS) st = chorus__fabric_route(s->fab, (int)r, (int)b, &links, &nl, &lat);
+        if (st == CHORUS_SUCCESS)
+            st = chorus__fabric_route(s->fab, s->frank[r], s->frank[b], &links, &nl, &lat);
         if (st != CHORUS_SUCCESS) return st;
         sim_pair_t *pair = pairs_get(s, r, b);
         if (pair == NULL) return CHORUS_ERR_NO_MEMORY;
         if (!(*fl & F_QUEUED)) {
-            /* The send's CPU part is done. To another host, through socket buffers with
-             * room, the send is done now, while its bytes still wait for the wire (the
-             * tcp transport's isend). */
+            /* The send's CPU part is done. Through socket buffers (or a ring) with room,
+             * the send is done now, while its bytes still wait for the wire (the tcp
+             * transport's isend). */
             s->messages++;
-            if (s->sendbuf > 0 && pair->inflight + (double)c->bytes[i] <= s->sendbuf &&
-                chorus__fabric_host_of(s->fab, (int)r) != chorus__fabric_host_of(s->fab, (int)b)) {
+            const double buf = s->sendbuf[s->host[r] != s->host[b]];
+            if (buf > 0 && pair->inflight + (double)c->bytes[i] <= buf) {
                 pair->inflight += (double)c->bytes[i];
                 *fl |= F_EAGER;
                 if (ev_push(s, e->t, EV_DONE, r, i)) return CHORUS_ERR_NO_MEMORY;
@@ -629,10 +697,11 @@ static chorus_status_t sim_flows_end(sim_t *s, double t)
             double lat;
             chorus_status_t st = sim_match(s, a, s->classes[s->cls[a]], i, &b, &j);
             if (st == CHORUS_SUCCESS)
-                st = chorus__fabric_route(s->fab, (int)a, (int)b, &links, &nl, &lat);
+                st = chorus__fabric_route(s->fab, s->frank[a], s->frank[b], &links, &nl, &lat);
             if (st != CHORUS_SUCCESS) return st;
             if (s->r_flow != NULL) {
-                s->r_scause[sim_g(s, b, j)] = sim_g(s, a, i);
+                /* Streaming, the receive's cause was set by its first bytes. */
+                if (!s->streams) s->r_scause[sim_g(s, b, j)] = sim_g(s, a, i);
                 s->r_flow[sim_g(s, a, i)] = t;
             }
             sim_pair_t *pair = pairs_get(s, a, b);
@@ -700,6 +769,8 @@ static void sim_free(sim_t *s)
     free(s->post_next);
     free(s->cpu_free);
     free(s->stretch);
+    free(s->frank);
+    free(s->host);
     free(s->heap);
     for (size_t k = 0; k < s->pairs.cap; k++) free(s->pairs.slot[k].q);
     free(s->pairs.slot);
@@ -707,10 +778,75 @@ static void sim_free(sim_t *s)
     chorus__sim_record_free(s);
 }
 
+double chorus__sim_cache_factor(const chorus_fab_desc_t *d, double bytes, int nlocal)
+{
+    double ws = 2.0 * bytes * (nlocal > 0 ? nlocal : 1), llc = d->llc_mb * 1048576.0;
+
+    if (llc <= 0.0 || d->dram_factor <= 1.0 || ws <= llc) return 1.0;
+    if (ws >= 4.0 * llc) return d->dram_factor;
+    return 1.0 + (d->dram_factor - 1.0) * log2(ws / llc) / 2.0;
+}
+
+/* Where the ranks sit and what their CPU work costs: what a run and the lockstep pass
+ * share. */
+static chorus_status_t sim_setup(sim_t *s, uint64_t count)
+{
+    const chorus_fab_desc_t *d = chorus__fabric_desc(s->fab);
+    const int nf = chorus__fabric_nranks(s->fab), nh = d->hosts;
+    const chorus_sim_args_t *a = s->a;
+    int *local = calloc((size_t)nh + 1, sizeof *local), maxlocal = 0;
+    uint8_t *used = calloc((size_t)nf + 1, 1);
+    chorus_status_t st = CHORUS_SUCCESS;
+
+    s->frank = malloc((size_t)s->n * sizeof *s->frank);
+    s->host = malloc((size_t)s->n * sizeof *s->host);
+    s->stretch = malloc((size_t)s->n * sizeof *s->stretch);
+    if (!local || !used || !s->frank || !s->host || !s->stretch) {
+        st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %d ranks", s->n);
+        goto out;
+    }
+    sim_mem(s, (long)((size_t)s->n * (sizeof *s->frank + sizeof *s->host + sizeof *s->stretch)));
+    for (int r = 0; r < s->n; r++) {
+        int f = a->place != NULL ? a->place[r] : r;
+        if (f < 0 || f >= nf || used[f]) {
+            st = chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: rank %d placed on the "
+                               "fabric's rank %d (of %d, or taken)", r, f, nf);
+            goto out;
+        }
+        used[f] = 1;
+        s->frank[r] = f;
+        s->host[r] = chorus__fabric_host_of(s->fab, f);
+        if (++local[s->host[r]] > maxlocal) maxlocal = local[s->host[r]];
+    }
+    for (int r = 0; r < s->n; r++) {
+        int l = local[s->host[r]];
+        s->stretch[r] = d->cores_per_host > 0 && l > d->cores_per_host
+                            ? (double)l / d->cores_per_host
+                            : 1;
+    }
+    s->msg_s = d->msg_us * 1e-6;
+    s->step_s = d->step_us * 1e-6;
+    s->wait_s = d->wait_us * 1e-6;
+    s->reduce_Bps = d->reduce_GBps * 1e9;
+    s->copy_Bps = d->copy_GBps * 1e9;
+    s->cache = chorus__sim_cache_factor(d, (double)(a->mem_bytes ? a->mem_bytes : count * s->esize),
+                            maxlocal);
+    s->send_s[0] = d->intra_send_ns * 1e-9 * s->cache;
+    s->recv_s[0] = d->intra_recv_ns * 1e-9 * s->cache;
+    s->send_s[1] = d->net_send_ns * 1e-9 * s->cache;
+    s->recv_s[1] = d->net_recv_ns * 1e-9 * s->cache;
+    s->sendbuf[0] = d->intra_sendbuf;
+    s->sendbuf[1] = d->nic_sendbuf;
+    s->streams = d->recv_streams;
+out:
+    free(local);
+    free(used);
+    return st;
+}
+
 chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a,
                                 chorus_sim_result_t *res)
 {
-    const chorus_fab_desc_t *d = chorus__fabric_desc(fab);
     sim_t s;
     chorus_status_t st;
     uint64_t count = 0, t0 = chorus__now_ns(), t1;
@@ -733,27 +869,16 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
     if (s.esize == 0) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: bad datatype");
     st = sim_counts(a, s.n, s.esize, &count);
     if (st != CHORUS_SUCCESS) return st;
-    s.msg_s = d->msg_us * 1e-6;
-    s.reduce_Bps = d->reduce_GBps * 1e9;
-    s.copy_Bps = d->copy_GBps * 1e9;
-    s.sendbuf = d->nic_sendbuf;
+    st = sim_setup(&s, count);
+    if (st != CHORUS_SUCCESS) goto out;
     s.cls = malloc((size_t)s.n * sizeof *s.cls);
     s.pbase = malloc(((size_t)s.n + 1) * sizeof *s.pbase);
     s.cpu_free = calloc((size_t)s.n, sizeof *s.cpu_free);
-    s.stretch = malloc((size_t)s.n * sizeof *s.stretch);
-    if (!s.cls || !s.pbase || !s.cpu_free || !s.stretch) {
+    if (!s.cls || !s.pbase || !s.cpu_free) {
         st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %d ranks", s.n);
         goto out;
     }
-    sim_mem(&s, (long)((size_t)s.n * (sizeof *s.cls + sizeof *s.pbase + sizeof *s.cpu_free +
-                                      sizeof *s.stretch)));
-    for (int r = 0; r < s.n; r++) {
-        int h = chorus__fabric_host_of(fab, r), local = d->ranks_per_host;
-        if ((h + 1) * d->ranks_per_host > s.n) local = s.n - h * d->ranks_per_host;
-        s.stretch[r] = d->cores_per_host > 0 && local > d->cores_per_host
-                           ? (double)local / d->cores_per_host
-                           : 1;
-    }
+    sim_mem(&s, (long)((size_t)s.n * (sizeof *s.cls + sizeof *s.pbase + sizeof *s.cpu_free)));
     st = sim_build(&s, count);
     if (st == CHORUS_SUCCESS && a->record) st = chorus__sim_record_alloc(&s);
     if (st != CHORUS_SUCCESS) goto out;
@@ -832,6 +957,149 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
     }
     res->mem_bytes = s.mem_peak;
 out:
+    sim_free(&s);
+    return st;
+}
+
+chorus_status_t chorus__sim_lockstep(chorus_fabric_t *fab, const chorus_sim_args_t *a,
+                                     chorus_sim_result_t *res)
+{
+    sim_t s;
+    chorus_sched_t sched;
+    chorus_coll_args_t ca;
+    chorus_status_t st;
+    uint64_t count = 0, t0 = chorus__now_ns();
+    double *ready = NULL, *start = NULL, cpu = 0, end = 0;
+    uint32_t *ord = NULL, *sbegin = NULL, *sstep = NULL;
+    int nhosts = 0;
+
+    memset(res, 0, sizeof *res);
+    memset(&s, 0, sizeof s);
+    chorus__sched_init(&sched, 0, a->nranks > 0 ? a->nranks : 1);
+    if (a->nranks < 1 || a->nranks > chorus__fabric_nranks(fab))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: %d ranks on a fabric of %d",
+                             a->nranks, chorus__fabric_nranks(fab));
+    if (!chorus__algo_supports(a->algo, a->coll)) return CHORUS_ERR_UNSUPPORTED;
+    s.fab = fab;
+    s.a = a;
+    s.n = a->nranks;
+    s.esize = chorus_dtype_size(a->dtype);
+    if (s.esize == 0) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: bad datatype");
+    st = sim_counts(a, s.n, s.esize, &count);
+    if (st == CHORUS_SUCCESS) st = sim_setup(&s, count);
+    if (st != CHORUS_SUCCESS) goto out;
+    for (int r = 0; r < s.n; r++)
+        if (s.host[r] + 1 > nhosts) nhosts = s.host[r] + 1;
+    memset(&ca, 0, sizeof ca);
+    ca.coll = a->coll;
+    ca.nranks = s.n;
+    ca.count = count;
+    ca.root = a->root;
+    ca.chunk_count = a->chunk_bytes / s.esize;
+    ca.host_of = s.host;
+    ca.nhosts = nhosts;
+    ca.rank = 0;
+    st = chorus__algo_build(a->algo, &ca, &sched);
+    if (st != CHORUS_SUCCESS) goto out;
+    /* Rank 0's sends per peer in order (sbegin/sstep, a CSR by peer), and each message's
+     * ordinal among those to or from its peer. */
+    ready = calloc((size_t)sched.nsteps + 1, sizeof *ready);
+    start = malloc(((size_t)sched.nsteps + 1) * sizeof *start);
+    ord = calloc((size_t)sched.nsteps + 1, sizeof *ord);
+    sbegin = calloc(2 * (size_t)s.n + 2, sizeof *sbegin);
+    sstep = malloc(((size_t)sched.nsteps + 1) * sizeof *sstep);
+    if (!ready || !start || !ord || !sbegin || !sstep) {
+        st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %u steps", sched.nsteps);
+        goto out;
+    }
+    {
+        uint32_t *cnt = sbegin + s.n + 1; /* per peer: sends, then receives seen */
+        for (uint32_t i = 0; i < sched.nsteps; i++) {
+            const chorus_step_t *sp = &sched.steps[i];
+            start[i] = -1;
+            if (sp->kind == CHORUS_STEP_SEND) {
+                ord[i] = sbegin[sp->peer + 1]++;
+            }
+        }
+        for (int q = 0; q < s.n; q++) sbegin[q + 1] += sbegin[q];
+        memset(cnt, 0, ((size_t)s.n + 1) * sizeof *cnt);
+        for (uint32_t i = 0; i < sched.nsteps; i++) {
+            const chorus_step_t *sp = &sched.steps[i];
+            if (sp->kind == CHORUS_STEP_SEND) sstep[sbegin[sp->peer] + ord[i]] = i;
+            if (sp->kind == CHORUS_STEP_RECV) ord[i] = cnt[sp->peer]++;
+        }
+    }
+    for (uint32_t i = 0; i < sched.nsteps; i++) {
+        const chorus_step_t *sp = &sched.steps[i];
+        const double b = (double)sp->count * (double)s.esize, stretch = s.stretch[0];
+        const int msg = sp->kind == CHORUS_STEP_SEND || sp->kind == CHORUS_STEP_RECV;
+        const int inter = msg && s.host[0] != s.host[sp->peer];
+        double cost = 0, t = ready[i] > cpu ? ready[i] : cpu, fin;
+        const int32_t *links;
+        int nl;
+        double lat = 0, bw = INFINITY;
+
+        if (msg) {
+            st = sp->kind == CHORUS_STEP_SEND
+                     ? chorus__fabric_route(fab, s.frank[0], s.frank[sp->peer], &links, &nl, &lat)
+                     : chorus__fabric_route(fab, s.frank[sp->peer], s.frank[0], &links, &nl, &lat);
+            if (st != CHORUS_SUCCESS) goto out;
+            for (int k = 0; k < nl; k++) {
+                double lbw = chorus__fabric_link(fab, links[k])->bw;
+                if (lbw < bw) bw = lbw;
+            }
+        }
+        switch (sp->kind) {
+        case CHORUS_STEP_SEND:
+            cost = s.msg_s + b * s.send_s[inter];
+            start[i] = t;
+            cpu = t + cost * stretch;
+            fin = s.sendbuf[inter] >= b ? cpu : cpu + (isinf(bw) ? 0 : b / bw) + lat;
+            break;
+        case CHORUS_STEP_RECV: {
+            /* Every rank runs this schedule mirrored: the peer sent this message when rank 0
+             * sent its message of the same ordinal to the mirror peer, or, without one,
+             * when the receive was posted. */
+            const int mirror = (2 * s.n - sp->peer) % s.n;
+            const uint32_t k = sbegin[mirror] + ord[i];
+            const double sent = k < sbegin[mirror + 1] && start[sstep[k]] >= 0 ? start[sstep[k]]
+                                                                              : ready[i];
+            const double last = sent + (s.msg_s + b * s.send_s[inter]) * stretch +
+                                (isinf(bw) ? 0 : b / bw) + lat;
+            const double first = s.streams ? sent + s.msg_s + lat : last;
+            cost = s.msg_s + b * s.recv_s[inter] + (stretch > 1 ? s.wait_s : 0);
+            if (first > t) t = first;
+            cpu = t + cost * stretch;
+            fin = s.streams && last + s.msg_s > cpu ? last + s.msg_s : cpu;
+            break;
+        }
+        case CHORUS_STEP_REDUCE:
+            cost = s.step_s + b * s.cache * sim_reduce_scale(a->dtype) / s.reduce_Bps;
+            fin = cpu = t + cost * stretch;
+            break;
+        default:
+            cost = s.step_s + b * s.cache / s.copy_Bps;
+            fin = cpu = t + cost * stretch;
+            break;
+        }
+        if (fin > end) end = fin;
+        for (uint32_t k = 0; k < sp->nsucc; k++) {
+            uint32_t q = sched.succ[sp->succ_begin + k];
+            if (ready[q] < fin) ready[q] = fin;
+        }
+    }
+    res->time_s = end;
+    res->algbw_GBps = end > 0 ? (double)a->bytes / end * 1e-9 : 0;
+    res->busbw_GBps = res->algbw_GBps * chorus__sim_bus_factor(a->coll, s.n);
+    res->steps = sched.nsteps;
+    res->build_s = (double)(chorus__now_ns() - t0) * 1e-9;
+out:
+    free(ready);
+    free(start);
+    free(ord);
+    free(sbegin);
+    free(sstep);
+    chorus__sched_fini(&sched);
     sim_free(&s);
     return st;
 }

@@ -32,6 +32,10 @@ typedef struct {
     int root;
     uint64_t chunk_bytes; /* 0: the algorithm's own */
     int nranks;           /* the first nranks ranks of the fabric (hosts filled in order) */
+    const int *place;     /* or: rank r is the fabric's rank place[r] (distinct ranks) */
+    uint64_t mem_bytes;   /* a rank's vector whose working set sets the cache factor
+                           * (fabric.h, llc_mb; 0: this call's): the tuner runs smaller
+                           * sizes to extrapolate a large one */
     int top_links;        /* how many of the busiest links to report (0: none) */
     int record;           /* keep every step's times: the critical path (and a trace) */
     const char *trace;    /* with record: write the run here as a trace (trace_json.h) */
@@ -75,10 +79,24 @@ typedef struct {
 /* The bus bandwidth factor of nccl-tests for coll on n ranks (allreduce 2(n-1)/n, ...). */
 double chorus__sim_bus_factor(chorus_coll_t coll, int n);
 
+/* The factor of per-byte CPU work for a rank's vector of bytes on a host of nlocal ranks
+ * (fabric.h, llc_mb and dram_factor). */
+double chorus__sim_cache_factor(const chorus_fab_desc_t *d, double bytes, int nlocal);
+
 /* Simulates one call. CHORUS_ERR_UNSUPPORTED when algo does not implement coll,
  * CHORUS_ERR_INVALID_ARGUMENT for a size that does not split over the ranks or more
  * ranks than the fabric has. */
 chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *args,
                                 chorus_sim_result_t *res);
+
+/* The fast pass of the same model, for decisions at scale: rank 0's schedule alone, every
+ * rank assumed to run it mirrored, in lockstep (the k-th message from peer p left p when
+ * rank 0 began its k-th send to the mirror peer -p, or, without one, when the receive was
+ * posted), at the route's bottleneck rate, with the same CPU costs and streaming; links
+ * are not shared. For schedules whose ranks are alike (ring, halving-doubling) it lands
+ * within 0.4% of chorus__sim_run (test_tune_sim). Fills time_s, algbw, busbw, steps (rank
+ * 0's) and build_s; the rest stays 0. */
+chorus_status_t chorus__sim_lockstep(chorus_fabric_t *fab, const chorus_sim_args_t *args,
+                                     chorus_sim_result_t *res);
 
 #endif

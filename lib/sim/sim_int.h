@@ -13,13 +13,17 @@
 
 #define SIM_NONE UINT64_MAX
 
-enum { EV_READY = 0, EV_FLOW, EV_ARRIVE, EV_DONE };
+enum { EV_READY = 0, EV_FLOW, EV_ARRIVE, EV_DONE, EV_FIRST, EV_RCPU, EV_TAIL };
 enum {
     F_POSTED = 1,  /* a RECV posted */
     F_ARRIVED = 2, /* a RECV's data there */
     F_EAGER = 4,   /* a SEND done before its flow ended (into socket buffers) */
     F_QUEUED = 8,  /* a SEND that waited for its pair's earlier flow */
-    F_READY = 16   /* a SEND or RECV whose dependencies are done */
+    F_READY = 16,  /* a SEND or RECV whose dependencies are done */
+    /* With recv_streams, a RECV's three conditions: */
+    F_FIRST = 32,  /* its first bytes are there */
+    F_RCPU = 64,   /* its CPU part is done */
+    F_TAIL = 128   /* its last bytes are there, and the software cost after them paid */
 };
 
 /* What a (sender, receiver) pair has in flight. Its messages are one stream, as over a
@@ -70,7 +74,13 @@ typedef struct {
     int n;
     size_t esize;
     double msg_s, reduce_Bps, copy_Bps;
-    double sendbuf; /* the fabric's nic_sendbuf */
+    double step_s, wait_s;
+    /* Per-byte CPU time of a message, [0] inside a host, [1] across hosts, with the cache
+     * factor applied; cache also scales reduces and copies. */
+    double send_s[2], recv_s[2], cache;
+    double sendbuf[2]; /* the fabric's intra_sendbuf and nic_sendbuf */
+    int streams;       /* recv_streams */
+    int *frank, *host; /* per rank: its rank on the fabric, and its host */
     sim_pairs_t pairs;
     double *stretch; /* per rank */
     sim_class_t **classes;
@@ -117,8 +127,14 @@ enum {
                           * which became ready then */
     SIM_START_READY = 0, /* at once */
     SIM_START_CPU = 4,   /* the rank's CPU was busy with r_scause */
-    SIM_START_DATA = 8   /* a RECV whose data, from the SEND r_scause, came later */
+    SIM_START_DATA = 8,  /* a RECV whose data, from the SEND r_scause, came later */
+    SIM_START_FIRST = 12 /* a streaming RECV whose first bytes, from the SEND r_scause, came
+                          * later */
 };
+#define SIM_START_MASK 12
+
+/* The SEND that RECV step i of rank r receives (its step on the sender), as g. */
+uint64_t chorus__sim_recv_source(const sim_t *s, uint32_t r, uint32_t i);
 
 static inline uint64_t sim_g(const sim_t *s, uint32_t r, uint32_t i)
 {

@@ -59,8 +59,8 @@ void chorus__sim_record_free(sim_t *s)
 }
 
 /* Where the walk enters a step: at its end, at the end of its CPU part (a SEND's comes
- * before its flow), or at the moment it became ready. */
-enum { AT_END, AT_CPU_END, AT_READY };
+ * before its flow), at the start of its CPU part, or at the moment it became ready. */
+enum { AT_END, AT_CPU_END, AT_CPU_START, AT_READY };
 
 /* The walk goes back in time from the last step to finish, through what held each step
  * back, adding up where the time went; the parts sum to the call's time. */
@@ -80,8 +80,9 @@ void chorus__sim_critical_path(const sim_t *s, chorus_sim_path_t *path)
         const uint32_t i = sim_g_step(s, g);
         const double cpu = chorus__sim_cpu(s, c, r, i);
         const int kind = c->kind[i];
+        const int why = s->r_why[g] & SIM_START_MASK;
 
-        if (at != AT_READY) {
+        if (at == AT_END || at == AT_CPU_END) {
             path->steps++;
             if (seen != NULL && !seen[r]) {
                 seen[r] = 1;
@@ -91,6 +92,24 @@ void chorus__sim_critical_path(const sim_t *s, chorus_sim_path_t *path)
                 /* Done at its flow's end, or earlier into socket buffers. */
                 if (at == AT_END) path->network_s += s->r_end[g] - (s->r_cpu[g] + cpu);
                 path->message_s += cpu;
+            } else if (kind == CHORUS_STEP_RECV && at == AT_CPU_END) {
+                /* Entered from the CPU it held: a streaming receive may end later. */
+                path->message_s += cpu;
+            } else if (kind == CHORUS_STEP_RECV && s->streams &&
+                       s->r_end[g] > s->r_cpu[g] + cpu + 1e-12 * (1 + s->r_end[g])) {
+                /* A streaming receive that ended with its last bytes: the software cost
+                 * after them, the path's latency, the flow; on from the sender. */
+                const uint64_t src = chorus__sim_recv_source(s, (uint32_t)r, i);
+                const uint32_t rs = sim_g_rank(s, src);
+                const double flow_start =
+                    s->r_cpu[src] +
+                    chorus__sim_cpu(s, s->classes[s->cls[rs]], (int)rs, sim_g_step(s, src));
+                path->message_s += s->msg_s;
+                path->latency_s += s->r_end[g] - s->msg_s - s->r_flow[src];
+                path->network_s += s->r_flow[src] - flow_start;
+                g = src;
+                at = AT_CPU_END;
+                continue;
             } else {
                 double part = s->r_end[g] - s->r_cpu[g];
                 if (kind == CHORUS_STEP_RECV)
@@ -100,18 +119,21 @@ void chorus__sim_critical_path(const sim_t *s, chorus_sim_path_t *path)
                 else
                     path->copy_s += part;
             }
+        }
+        if (at != AT_READY) {
             /* From the start of its CPU part back. */
-            if (s->r_why[g] & SIM_START_CPU) {
+            if (why == SIM_START_CPU) {
+                /* The step that held the CPU, from the end of its CPU part (a SEND's flow
+                 * and a streaming RECV's tail come after it). */
                 g = s->r_scause[g];
                 at = AT_CPU_END;
                 if (g != SIM_NONE) {
-                    const uint32_t rc = sim_g_rank(s, g);
-                    if (s->classes[s->cls[rc]]->kind[sim_g_step(s, g)] != CHORUS_STEP_SEND)
-                        at = AT_END;
+                    const uint8_t k = s->classes[s->cls[sim_g_rank(s, g)]]->kind[sim_g_step(s, g)];
+                    if (k != CHORUS_STEP_SEND && k != CHORUS_STEP_RECV) at = AT_END;
                 }
                 continue;
             }
-            if (s->r_why[g] & SIM_START_DATA) {
+            if (why == SIM_START_DATA) {
                 /* The data's flow, then the path's latency; the SEND goes on from its CPU
                  * part. */
                 const uint64_t src = s->r_scause[g];
@@ -123,6 +145,16 @@ void chorus__sim_critical_path(const sim_t *s, chorus_sim_path_t *path)
                 path->network_s += s->r_flow[src] - flow_start;
                 g = src;
                 at = AT_CPU_END;
+                continue;
+            }
+            if (why == SIM_START_FIRST) {
+                /* The first bytes: the send's software cost and the path's latency after
+                 * the send's CPU part began. */
+                const uint64_t src = s->r_scause[g];
+                path->message_s += s->msg_s;
+                path->latency_s += s->r_cpu[g] - s->msg_s - s->r_cpu[src];
+                g = src;
+                at = AT_CPU_START;
                 continue;
             }
         }

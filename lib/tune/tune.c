@@ -37,6 +37,7 @@ struct chorus_tune {
     chorus_tune_params_t params;
     chorus_tune_topo_t topo;
     int *host_of; /* the topology's copy */
+    chorus_fabric_t *fab; /* a described fabric to predict on instead (not owned), or NULL */
     int corr_row; /* 1 when any pair of ranks talks over tcp */
     unsigned evaluations;
     tune_entry_t cache[CHORUS_NUM_COLLS][CHORUS_TUNE_NCLASSES];
@@ -74,6 +75,36 @@ chorus_status_t chorus__tune_create_topo(const chorus_tune_topo_t *topo,
     t->corr_row = nh > 1 || t->topo.local_kind == CHORUS_TUNE_TCP;
     *tune_p = t;
     return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus__tune_create_fabric(chorus_fabric_t *fab, int nranks,
+                                           const chorus_tune_params_t *params,
+                                           chorus_tune_t **tune_p)
+{
+    chorus_tune_topo_t topo;
+    const chorus_fab_desc_t *d = chorus__fabric_desc(fab);
+    int *host;
+    chorus_status_t st;
+
+    if (nranks < 1 || nranks > chorus__fabric_nranks(fab))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "tune: %d ranks on a fabric of %d",
+                             nranks, chorus__fabric_nranks(fab));
+    host = malloc((size_t)nranks * sizeof *host);
+    if (host == NULL) return chorus__error(CHORUS_ERR_NO_MEMORY, "tune: no memory");
+    memset(&topo, 0, sizeof topo);
+    topo.nranks = nranks;
+    for (int r = 0; r < nranks; r++) {
+        host[r] = chorus__fabric_host_of(fab, r);
+        if (host[r] + 1 > topo.nhosts) topo.nhosts = host[r] + 1;
+    }
+    topo.host_of = host;
+    topo.local_kind = CHORUS_TUNE_SHM;
+    topo.nlocal = nranks < d->ranks_per_host ? nranks : d->ranks_per_host;
+    topo.cores = d->cores_per_host > 0 ? d->cores_per_host : topo.nlocal;
+    st = chorus__tune_create_topo(&topo, params, tune_p);
+    free(host);
+    if (st == CHORUS_SUCCESS) (*tune_p)->fab = fab;
+    return st;
 }
 
 void chorus__tune_destroy(chorus_tune_t *tune)
@@ -248,8 +279,14 @@ chorus_status_t chorus__tune_predict(chorus_tune_t *tune, chorus_coll_t coll, ch
 
     if ((int)algo <= CHORUS_ALGO_AUTO || algo >= CHORUS_NUM_ALGOS)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "tune: no algorithm %d", (int)algo);
-    status = chorus__tune_simulate(&tune->params, &tune->topo, coll, algo, count, dtype,
-                                   chunk_bytes, &us);
+    if (tune->fab != NULL)
+        status = algo == CHORUS_ALGO_ARENA
+                     ? CHORUS_ERR_UNSUPPORTED
+                     : chorus__tune_simulate_fabric(tune->fab, NULL, tune->topo.nranks, coll,
+                                                    algo, count, dtype, chunk_bytes, &us);
+    else
+        status = chorus__tune_simulate(&tune->params, &tune->topo, coll, algo, count, dtype,
+                                       chunk_bytes, &us);
     if (status != CHORUS_SUCCESS) return status;
     *us_p = us * tune->params.corr[tune->corr_row][algo];
     return CHORUS_SUCCESS;

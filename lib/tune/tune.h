@@ -22,6 +22,7 @@
 
 #include "chorus.h"
 #include "algo/algo.h"
+#include "sim/fabric.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -106,6 +107,12 @@ chorus_status_t chorus__tune_create_topo(const chorus_tune_topo_t *topo,
                                          const chorus_tune_params_t *params,
                                          chorus_tune_t **tune_p);
 
+/* A tuner that predicts on a described fabric (lib/sim) for its first nranks ranks, with
+ * params' correction factors: chorus-sim -a tuner. fab must outlive it. */
+chorus_status_t chorus__tune_create_fabric(chorus_fabric_t *fab, int nranks,
+                                           const chorus_tune_params_t *params,
+                                           chorus_tune_t **tune_p);
+
 /* Called once by chorus_comm_init after the transports (and the arena) are up. Collective
  * over the comm: one bootstrap allgather, so that every rank adopts the same parameters
  * (rank 0's) and therefore makes the same choices. */
@@ -163,6 +170,18 @@ chorus_status_t chorus__tune_file_set(const char *path, const char *key, const c
 
 /* ---- tune_sim.c: the simulation behind predict ---- */
 
+/* The tuner's description of a communicator for lib/sim (tune_sim.c says what it is), and
+ * where its ranks sit on it: place[r] for each of topo->nranks ranks. */
+chorus_status_t chorus__tune_fabric_desc(const chorus_tune_params_t *p,
+                                         const chorus_tune_topo_t *topo, chorus_fab_desc_t *d,
+                                         int *place);
+/* The tuner's prediction (microseconds, before correction factors) on a built fabric, for n
+ * ranks placed by place (NULL: the fabric's first n): the joint replay up to 32 ranks, the
+ * lockstep pass above, and sizes past the pipelined regime extrapolated from two runs. */
+chorus_status_t chorus__tune_simulate_fabric(chorus_fabric_t *fab, const int *place, int n,
+                                             chorus_coll_t coll, chorus_algo_t algo,
+                                             uint64_t count, chorus_dtype_t dtype,
+                                             uint64_t chunk_bytes, double *us_p);
 /* Time in microseconds of algo for coll on topo, before correction factors. */
 chorus_status_t chorus__tune_simulate(const chorus_tune_params_t *p, const chorus_tune_topo_t *topo,
                                       chorus_coll_t coll, chorus_algo_t algo, uint64_t count,

@@ -3,7 +3,8 @@
  * errors, routes, and the replay of real schedules against closed forms (a ring
  * allreduce moves 2(n-1)/n of the vector over its slowest link); messages between two
  * ranks as one ordered stream, sends done early into socket buffers, the critical path and
- * the trace a recorded run writes.
+ * the trace a recorded run writes; a receive that streams, a link per pair of ranks, the CPU
+ * keys of a description and where ranks are placed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -412,6 +413,100 @@ static void test_fabric_from_report(void **state)
     unlink(path);
 }
 
+/* One message of 1e6 bytes between two ranks of a host with a link of their own (1e9 B/s,
+ * 2 us both ways), 3 us of software per message, 0.5 ns/B to send and recv_ns to receive.
+ * Send CPU 0..503 us; flow 503..1503, there at 1505. Streaming, the receive copies from the
+ * first bytes (3 + 2 = 5 us) and ends at the later of its copy and the last bytes plus 3 us;
+ * otherwise it begins at 1505. */
+static double one_message(const char *recv_ns, const char *streams)
+{
+    const char *json = "{\"ranks_per_host\": 2, \"intra\": {\"gbps\": 8, \"lat_us\": 1, "
+                       "\"pairs\": true, \"send_buffer_bytes\": 1e12, \"send_ns\": 0.5, "
+                       "\"recv_ns\": %s}, \"cpu\": {\"msg_us\": 3, \"reduce_GBps\": 1, "
+                       "\"copy_GBps\": 1, \"recv_streams\": %s}}";
+    char text[512];
+    chorus_fabric_t *f;
+    chorus_sim_args_t a;
+    chorus_sim_result_t r;
+
+    snprintf(text, sizeof text, json, recv_ns, streams);
+    f = build(text);
+    memset(&a, 0, sizeof a);
+    a.coll = CHORUS_COLL_BROADCAST;
+    a.algo = CHORUS_ALGO_RING;
+    a.bytes = 1000000;
+    a.chunk_bytes = 1000000;
+    a.dtype = CHORUS_FLOAT32;
+    a.nranks = 2;
+    a.top_links = 1;
+    assert_int_equal(chorus__sim_run(f, &a, &r), CHORUS_SUCCESS);
+    assert_int_equal(r.messages, 1);
+    assert_string_equal(r.links[0].name, "h0.r0-r1 (forth)");
+    free(r.links);
+    chorus__fabric_free(f);
+    return r.time_s * 1e6;
+}
+
+static void test_sim_streaming_receive(void **state)
+{
+    (void)state;
+    NEAR(one_message("2", "true"), 5 + 3 + 2000, 1e-9);     /* its copy ends last */
+    NEAR(one_message("0.2", "true"), 1505 + 3, 1e-9);       /* the last bytes end it */
+    NEAR(one_message("2", "false"), 1505 + 3 + 2000, 1e-9); /* after the data */
+}
+
+/* The new keys survive a write and a parse; a rank placed twice is refused. */
+static void test_fabric_cpu_keys_and_placement(void **state)
+{
+    const char *json = "{\"hosts\": 2, \"ranks_per_host\": 2, \"intra\": {\"pairs\": true, "
+                       "\"send_buffer_bytes\": 65536, \"send_ns\": 0.1, \"recv_ns\": 0.2}, "
+                       "\"nic\": {\"send_ns\": 0.3, \"recv_ns\": 0.4}, \"cpu\": {\"step_us\": 0.5, "
+                       "\"wait_us\": 0.6, \"llc_mb\": 32, \"dram_factor\": 2, \"recv_streams\": true, "
+                       "\"cores_per_host\": 1}}";
+    chorus_fab_desc_t d, e;
+    chorus_fabric_t *f;
+    chorus_sim_args_t a;
+    chorus_sim_result_t r1, r2;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem;
+    const int swap[] = {2, 3, 0, 1}, twice[] = {0, 1, 1, 2};
+
+    (void)state;
+    assert_int_equal(chorus__fab_desc_parse(json, "test", &d), CHORUS_SUCCESS);
+    mem = open_memstream(&buf, &len);
+    assert_int_equal(chorus__fab_desc_write(&d, mem), 0);
+    fclose(mem);
+    assert_int_equal(chorus__fab_desc_parse(buf, "written", &e), CHORUS_SUCCESS);
+    free(buf);
+    assert_int_equal(e.intra_pairs, 1);
+    assert_int_equal(e.recv_streams, 1);
+    assert_true(e.intra_sendbuf == 65536 && e.intra_send_ns == 0.1 && e.intra_recv_ns == 0.2);
+    assert_true(e.net_send_ns == 0.3 && e.net_recv_ns == 0.4 && e.step_us == 0.5);
+    assert_true(e.wait_us == 0.6 && e.llc_mb == 32 && e.dram_factor == 2);
+    expect_bad("{\"intra\": {\"pairs\": 1}}", "intra.pairs");
+    expect_bad("{\"cpu\": {\"wait_us\": -1}}", "wait_us");
+    /* Hosts swapped by placement: the same time, the ranks being alike. */
+    assert_int_equal(chorus__fabric_build(&e, &f), CHORUS_SUCCESS);
+    memset(&a, 0, sizeof a);
+    a.coll = CHORUS_COLL_ALLREDUCE;
+    a.algo = CHORUS_ALGO_RING;
+    a.bytes = 1 << 20;
+    a.dtype = CHORUS_FLOAT32;
+    a.nranks = 4;
+    assert_int_equal(chorus__sim_run(f, &a, &r1), CHORUS_SUCCESS);
+    a.place = swap;
+    assert_int_equal(chorus__sim_run(f, &a, &r2), CHORUS_SUCCESS);
+    NEAR(r2.time_s, r1.time_s, 1e-12);
+    a.place = twice;
+    assert_int_equal(chorus__sim_run(f, &a, &r2), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(chorus_last_error(), "rank 2"));
+    free(r1.links);
+    chorus__fabric_free(f);
+    chorus__fab_desc_free(&d);
+    chorus__fab_desc_free(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -424,6 +519,8 @@ int main(void)
         cmocka_unit_test(test_sim_stream_order),
         cmocka_unit_test(test_sim_eager_sends),
         cmocka_unit_test(test_sim_critical_path),
+        cmocka_unit_test(test_sim_streaming_receive),
+        cmocka_unit_test(test_fabric_cpu_keys_and_placement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
  * Run with --help for the options.
  */
 #include "sim/sim.h"
+#include "tune/tune.h"
 
 #include "util/status.h"
 
@@ -27,9 +28,9 @@
 #define MAX_SCALE 64
 
 typedef struct {
-    const char *fabric_path, *preset, *from_fabric;
+    const char *fabric_path, *preset, *from_fabric, *comm, *tune_file;
     chorus_coll_t coll;
-    int algos[MAX_ALGOS], nalgos, all, best;
+    int algos[MAX_ALGOS], nalgos, all, best, tuner;
     uint64_t minb, maxb;
     double factor;
     int nranks;
@@ -45,12 +46,19 @@ typedef struct {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: chorus-sim (--fabric FILE | --preset SPEC | --from-fabric REPORT) [options]\n"
+            "usage: chorus-sim (--fabric FILE | --preset SPEC | --from-fabric REPORT |\n"
+            "                   --comm SPEC) [options]\n"
             "      --from-fabric R   describe the cluster chorus-fabric --json measured (R)\n"
+            "      --comm SPEC       the tuner's description of a communicator,\n"
+            "                        ranks=N,hosts=H,transport=shm|tcp,cores=C (defaults 2, 1,\n"
+            "                        shm, 2): replays what the tuner predicts for it\n"
+            "      --tune-file F     the tuner's parameters (a CHORUS_TUNE_FILE) for --comm and\n"
+            "                        -a tuner; default: the built-in ones\n"
             "  -c, --coll NAME       allreduce (default), allgather, reduce_scatter, broadcast,\n"
             "                        reduce, alltoall, barrier\n"
             "  -a, --algo LIST       ring (default), tree, rd, rabenseifner, swing, hier, ...;\n"
-            "                        comma-separated, or all, or best (the fastest per size)\n"
+            "                        comma-separated, or all, or best (the fastest per size),\n"
+            "                        or tuner (the tuner's pick and chunk, then simulated)\n"
             "  -b, --minbytes N      smallest size (nccl-tests' meaning; K, M, G suffixes); 8M\n"
             "  -e, --maxbytes N      largest size; the smallest\n"
             "  -f, --stepfactor F    size multiplier; 2\n"
@@ -119,7 +127,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"stats", no_argument, NULL, 'T'},        {"help", no_argument, NULL, 'h'},
         {"path", no_argument, NULL, 'Q'},         {"trace", required_argument, NULL, 'R'},
         {"plot", required_argument, NULL, 'G'},   {"from-fabric", required_argument, NULL, 'M'},
-        {"override", required_argument, NULL, 'O'},
+        {"override", required_argument, NULL, 'O'}, {"comm", required_argument, NULL, 'X'},
+        {"tune-file", required_argument, NULL, 'U'},
         {0, 0, 0, 0}};
     const char *algo = "ring";
     int c;
@@ -165,6 +174,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'R': o->trace = optarg; break;
         case 'G': o->plot = optarg; break;
         case 'M': o->from_fabric = optarg; break;
+        case 'X': o->comm = optarg; break;
+        case 'U': o->tune_file = optarg; break;
         case 'O': {
             const char *eq = strrchr(optarg, '=');
             chorus_fab_override_t *ov = &o->over[o->nover];
@@ -183,9 +194,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
         default: usage(stderr); return 2;
         }
     }
-    if ((o->fabric_path != NULL) + (o->preset != NULL) + (o->from_fabric != NULL) != 1) {
-        fprintf(stderr, "chorus-sim: give one of --fabric FILE, --preset SPEC and --from-fabric "
-                        "REPORT\n");
+    if ((o->fabric_path != NULL) + (o->preset != NULL) + (o->from_fabric != NULL) +
+            (o->comm != NULL) != 1) {
+        fprintf(stderr, "chorus-sim: give one of --fabric FILE, --preset SPEC, --from-fabric "
+                        "REPORT and --comm SPEC\n");
         usage(stderr);
         return 2;
     }
@@ -196,7 +208,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
     if (o->maxb < o->minb) o->maxb = o->minb;
     o->all = strcmp(algo, "all") == 0;
     o->best = strcmp(algo, "best") == 0;
-    if (o->all || o->best) {
+    o->tuner = strcmp(algo, "tuner") == 0;
+    if (o->tuner) {
+        o->algos[o->nalgos++] = CHORUS_ALGO_AUTO;
+    } else if (o->all || o->best) {
         for (int k = 1; k < CHORUS_NUM_ALGOS; k++)
             if (k != CHORUS_ALGO_ARENA && chorus__algo_supports((chorus_algo_t)k, o->coll))
                 o->algos[o->nalgos++] = k;
@@ -229,8 +244,68 @@ static uint64_t fit_size(uint64_t bytes, chorus_coll_t coll, int n, size_t esize
 typedef struct {
     uint64_t bytes;
     int n, algo;
+    int tuner;          /* the tuner picked algo (and chunk) */
+    uint64_t chunk;     /* the tuner's chunk */
+    double tuner_us;    /* what the tuner predicted (with its correction factor) */
     chorus_sim_result_t r;
 } row_t;
+
+/* The algorithm column: "ring", or "tuner=ring" for the tuner's pick. */
+static const char *algo_label(const row_t *r, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s", r->tuner ? "tuner=" : "", chorus__algo_name((chorus_algo_t)r->algo));
+    return buf;
+}
+
+/* The tuner's description of a communicator, "ranks=8,hosts=2,transport=tcp,cores=2": the
+ * fabric its predictions run on (lib/tune/tune_sim.c). */
+static chorus_status_t comm_desc(const char *spec, const chorus_tune_params_t *p,
+                                 chorus_fab_desc_t *d)
+{
+    chorus_tune_topo_t t;
+    char buf[256];
+    int *host, *place;
+    chorus_status_t st;
+
+    memset(&t, 0, sizeof t);
+    t.nranks = 2;
+    t.nhosts = 1;
+    t.local_kind = CHORUS_TUNE_SHM;
+    t.cores = 2;
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *kv = strtok(buf, ","); kv != NULL; kv = strtok(NULL, ",")) {
+        char *eq = strchr(kv, '=');
+        if (eq == NULL) goto bad;
+        *eq++ = '\0';
+        if (strcmp(kv, "ranks") == 0) t.nranks = atoi(eq);
+        else if (strcmp(kv, "hosts") == 0) t.nhosts = atoi(eq);
+        else if (strcmp(kv, "cores") == 0) t.cores = atoi(eq);
+        else if (strcmp(kv, "transport") == 0 && strcmp(eq, "shm") == 0) t.local_kind = CHORUS_TUNE_SHM;
+        else if (strcmp(kv, "transport") == 0 && strcmp(eq, "tcp") == 0) t.local_kind = CHORUS_TUNE_TCP;
+        else goto bad;
+    }
+    if (t.nranks < 1 || t.nhosts < 1 || t.nhosts > t.nranks || t.nranks % t.nhosts != 0 ||
+        t.cores < 1)
+        goto bad;
+    host = malloc((size_t)t.nranks * sizeof *host);
+    place = malloc((size_t)t.nranks * sizeof *place);
+    if (host == NULL || place == NULL) {
+        free(host);
+        free(place);
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "no memory");
+    }
+    /* The launcher's placement: ranks fill hosts in order. */
+    for (int r = 0; r < t.nranks; r++) host[r] = r / (t.nranks / t.nhosts);
+    t.host_of = host;
+    t.nlocal = t.nranks / t.nhosts;
+    st = chorus__tune_fabric_desc(p, &t, d, place);
+    free(host);
+    free(place);
+    return st;
+bad:
+    return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                         "--comm %s: ranks=N,hosts=H (dividing N),transport=shm|tcp,cores=C", spec);
+}
 
 static void print_links(const row_t *row, int k)
 {
@@ -359,6 +434,7 @@ static int write_plot(const char *prefix, const row_t *rows, int nrows, chorus_f
 int main(int argc, char **argv)
 {
     opts_t o;
+    chorus_tune_params_t tp;
     chorus_fab_desc_t d;
     chorus_fabric_t *fab = NULL;
     chorus_status_t st;
@@ -368,8 +444,14 @@ int main(int argc, char **argv)
     int nrows = 0, caprows = 0;
 
     if (rc) return rc;
+    chorus__tune_params_default(&tp);
+    if (o.tune_file != NULL && chorus__tune_params_load(o.tune_file, &tp) != CHORUS_SUCCESS) {
+        fprintf(stderr, "chorus-sim: %s\n", chorus_last_error());
+        return 2;
+    }
     st = o.preset        ? chorus__fab_desc_preset(o.preset, &d)
          : o.from_fabric ? chorus__fab_desc_from_fabric(o.from_fabric, &d)
+         : o.comm        ? comm_desc(o.comm, &tp, &d)
                          : chorus__fab_desc_load(o.fabric_path, &d);
     if (st != CHORUS_SUCCESS) {
         fprintf(stderr, "chorus-sim: %s\n", chorus_last_error());
@@ -421,6 +503,26 @@ int main(int argc, char **argv)
                 a.top_links = o.links;
                 a.record = o.path || o.trace != NULL;
                 a.trace = o.trace;
+                memset(&row, 0, sizeof row);
+                if (o.tuner) {
+                    /* The tuner's choice for this size, then that algorithm and chunk run
+                     * in full. */
+                    chorus_tune_t *tune = NULL;
+                    chorus_tune_choice_t ch;
+                    st = chorus__tune_create_fabric(fab, n, &tp, &tune);
+                    if (st != CHORUS_SUCCESS) {
+                        fprintf(stderr, "chorus-sim: %s\n", chorus_last_error());
+                        rc = 1;
+                        continue;
+                    }
+                    ch = chorus__tune_choose(tune, o.coll, a.bytes, o.chunk);
+                    chorus__tune_destroy(tune);
+                    a.algo = ch.algo;
+                    a.chunk_bytes = ch.chunk_bytes;
+                    row.tuner = 1;
+                    row.chunk = ch.chunk_bytes;
+                    row.tuner_us = ch.us;
+                }
                 st = chorus__sim_run(fab, &a, &row.r);
                 if (st == CHORUS_ERR_UNSUPPORTED) continue;
                 if (st != CHORUS_SUCCESS) {
@@ -469,6 +571,9 @@ int main(int argc, char **argv)
                    r->r.time_s * 1e6, r->r.algbw_GBps, r->r.busbw_GBps,
                    (unsigned long long)r->r.steps, (unsigned long long)r->r.events, r->r.classes,
                    r->r.mem_bytes, r->r.build_s, r->r.run_s);
+            if (r->tuner)
+                printf(", \"tuner\": {\"chunk\": %llu, \"predicted_us\": %.4f}",
+                       (unsigned long long)r->chunk, r->tuner_us);
             if (r->r.have_path)
                 printf(", \"path\": {\"steps\": %llu, \"ranks\": %d, \"network_us\": %.4f, "
                        "\"latency_us\": %.4f, \"message_us\": %.4f, \"reduce_us\": %.4f, "
@@ -491,8 +596,9 @@ int main(int argc, char **argv)
         printf("\n");
         for (int i = 0; i < nrows; i++) {
             const row_t *r = &rows[i];
+            char label[48];
             printf("  %12llu %6d %-13s %12.2f %12.3f %12.3f", (unsigned long long)r->bytes, r->n,
-                   chorus__algo_name((chorus_algo_t)r->algo), r->r.time_s * 1e6, r->r.algbw_GBps,
+                   algo_label(r, label, sizeof label), r->r.time_s * 1e6, r->r.algbw_GBps,
                    r->r.busbw_GBps);
             if (o.nscale > 0) {
                 /* Against the same algorithm and size at the first rank count. */
