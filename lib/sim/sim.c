@@ -206,11 +206,31 @@ static int ev_before(const sim_ev_t *x, const sim_ev_t *y)
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
+static int fifo_push(sim_t *s, const sim_ev_t *e)
+{
+    if (s->flen == s->fcap) {
+        size_t cap = s->fcap ? 2 * s->fcap : 4096;
+        sim_ev_t *v = malloc(cap * sizeof *v);
+        if (v == NULL) return -1;
+        for (size_t k = 0; k < s->flen; k++) v[k] = s->fifo[(s->fhead + k) % s->fcap];
+        sim_mem(s, (long)((cap - s->fcap) * sizeof *v));
+        free(s->fifo);
+        s->fifo = v;
+        s->fcap = cap;
+        s->fhead = 0;
+    }
+    s->fifo[(s->fhead + s->flen++) % s->fcap] = *e;
+    return 0;
+}
+
 static int ev_push(sim_t *s, double t, int type, uint32_t rank, uint32_t step)
 {
     size_t i;
     sim_ev_t e = {t, s->seq++, rank, step, (uint8_t)type};
 
+    /* Due now: after everything pending (all of it is due now or later, and what is due now
+     * was made before), so the queue keeps the heap's order. */
+    if (t == s->now) return fifo_push(s, &e);
     if (s->nheap == s->capheap) {
         size_t cap = s->capheap ? 2 * s->capheap : 4096;
         sim_ev_t *h = realloc(s->heap, cap * sizeof *h);
@@ -243,6 +263,28 @@ static sim_ev_t ev_pop(sim_t *s)
     }
     if (s->nheap > 0) s->heap[i] = last;
     return top;
+}
+
+/* The time of the next event (INFINITY: none). */
+static double ev_next_t(const sim_t *s)
+{
+    double t = s->flen > 0 ? s->fifo[s->fhead].t : INFINITY;
+    return s->nheap > 0 && s->heap[0].t < t ? s->heap[0].t : t;
+}
+
+/* The next event, from the queue or the heap, by time and then by the order made. */
+static sim_ev_t ev_next(sim_t *s)
+{
+    sim_ev_t e;
+    if (s->flen > 0 && (s->nheap == 0 || ev_before(&s->fifo[s->fhead], &s->heap[0]))) {
+        e = s->fifo[s->fhead];
+        s->fhead = (s->fhead + 1) % s->fcap;
+        s->flen--;
+    } else {
+        e = ev_pop(s);
+    }
+    s->now = e.t;
+    return e;
 }
 
 /* ---- The run ---- */
@@ -772,6 +814,7 @@ static void sim_free(sim_t *s)
     free(s->frank);
     free(s->host);
     free(s->heap);
+    free(s->fifo);
     for (size_t k = 0; k < s->pairs.cap; k++) free(s->pairs.slot[k].q);
     free(s->pairs.slot);
     chorus__flownet_free(s->net);
@@ -903,11 +946,11 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
             }
     }
     for (;;) {
-        double th = s.nheap > 0 ? s.heap[0].t : INFINITY, tf;
+        double th = ev_next_t(&s), tf;
         /* Everything due now first, so that the flows it starts and ends cost one solve of
          * the rates (a ring's ranks all move at the same instants). */
         if (th <= chorus__flownet_now(s.net)) {
-            sim_ev_t e = ev_pop(&s);
+            sim_ev_t e = ev_next(&s);
             st = sim_event(&s, &e);
         } else {
             tf = chorus__flownet_next(s.net);
@@ -917,9 +960,10 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
             }
             if (isinf(tf) && isinf(th)) break;
             if (tf <= th) {
+                s.now = tf;
                 st = sim_flows_end(&s, tf);
             } else {
-                sim_ev_t e = ev_pop(&s);
+                sim_ev_t e = ev_next(&s);
                 st = sim_event(&s, &e);
             }
         }

@@ -101,6 +101,11 @@ typedef struct {
     double *cpu_free;
     sim_ev_t *heap;
     size_t nheap, capheap;
+    /* Events due at the current time (now), in the order made: most are (a step's end makes
+     * its successors ready at once), and a queue costs less than the heap. */
+    sim_ev_t *fifo;
+    size_t fhead, flen, fcap;
+    double now;
     uint64_t seq;
     size_t mem, mem_peak;
     chorus_flownet_t *net;

@@ -37,7 +37,7 @@ typedef struct {
     int scale[MAX_SCALE], nscale;
     chorus_dtype_t dtype;
     uint64_t chunk;
-    int links, json, describe, stats, path;
+    int links, json, describe, stats, path, lockstep;
     const char *trace, *plot;
     chorus_fab_override_t over[16];
     int nover;
@@ -70,6 +70,8 @@ static void usage(FILE *f)
             "      --override L=F    link L's rate times F (or L=down); repeatable, after the\n"
             "                        description's own overrides\n"
             "      --stats           the simulator's cost: steps, events, memory, seconds\n"
+            "      --lockstep        the tuner's fast pass (above 32 ranks): rank 0's schedule\n"
+            "                        alone, every rank running it mirrored, links not shared\n"
             "      --path            the critical path of each run: where its time went\n"
             "      --trace FILE      the last run's timeline, every rank's steps, as Chrome\n"
             "                        trace / Perfetto JSON (the format of CHORUS_TRACE)\n"
@@ -128,7 +130,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"path", no_argument, NULL, 'Q'},         {"trace", required_argument, NULL, 'R'},
         {"plot", required_argument, NULL, 'G'},   {"from-fabric", required_argument, NULL, 'M'},
         {"override", required_argument, NULL, 'O'}, {"comm", required_argument, NULL, 'X'},
-        {"tune-file", required_argument, NULL, 'U'},
+        {"tune-file", required_argument, NULL, 'U'}, {"lockstep", no_argument, NULL, 'K'},
         {0, 0, 0, 0}};
     const char *algo = "ring";
     int c;
@@ -176,6 +178,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         case 'M': o->from_fabric = optarg; break;
         case 'X': o->comm = optarg; break;
         case 'U': o->tune_file = optarg; break;
+        case 'K': o->lockstep = 1; break;
         case 'O': {
             const char *eq = strrchr(optarg, '=');
             chorus_fab_override_t *ov = &o->over[o->nover];
@@ -523,7 +526,7 @@ int main(int argc, char **argv)
                     row.chunk = ch.chunk_bytes;
                     row.tuner_us = ch.us;
                 }
-                st = chorus__sim_run(fab, &a, &row.r);
+                st = o.lockstep ? chorus__sim_lockstep(fab, &a, &row.r) : chorus__sim_run(fab, &a, &row.r);
                 if (st == CHORUS_ERR_UNSUPPORTED) continue;
                 if (st != CHORUS_SUCCESS) {
                     fprintf(stderr, "chorus-sim: %s: %s\n", chorus__algo_name(a.algo),
