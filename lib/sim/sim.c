@@ -209,7 +209,7 @@ static int ev_before(const sim_ev_t *x, const sim_ev_t *y)
 static int fifo_push(sim_t *s, const sim_ev_t *e)
 {
     if (s->flen == s->fcap) {
-        size_t cap = s->fcap ? 2 * s->fcap : 4096;
+        size_t cap = s->fcap ? 2 * s->fcap : 64;
         sim_ev_t *v = malloc(cap * sizeof *v);
         if (v == NULL) return -1;
         for (size_t k = 0; k < s->flen; k++) v[k] = s->fifo[(s->fhead + k) % s->fcap];
@@ -232,7 +232,7 @@ static int ev_push(sim_t *s, double t, int type, uint32_t rank, uint32_t step)
      * was made before), so the queue keeps the heap's order. */
     if (t == s->now) return fifo_push(s, &e);
     if (s->nheap == s->capheap) {
-        size_t cap = s->capheap ? 2 * s->capheap : 4096;
+        size_t cap = s->capheap ? 2 * s->capheap : 64;
         sim_ev_t *h = realloc(s->heap, cap * sizeof *h);
         if (h == NULL) return -1;
         sim_mem(s, (long)((cap - s->capheap) * sizeof *h));
@@ -523,7 +523,7 @@ static sim_pair_t *pairs_get(sim_t *s, uint32_t a, uint32_t b)
     size_t i;
 
     if (2 * (p->used + 1) > p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 1024;
+        size_t cap = p->cap ? 2 * p->cap : 64;
         sim_pair_t *v = calloc(cap, sizeof *v);
         if (v == NULL) return NULL;
         for (size_t k = 0; k < p->cap; k++) {
