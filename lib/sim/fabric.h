@@ -1,5 +1,5 @@
 /*
- * A described fabric, for chorus-sim (and, in time, the tuner): hosts holding ranks, each
+ * A described fabric, for chorus-sim and the tuner (lib/tune): hosts holding ranks, each
  * rank's port into its host's interconnect (NVLink, PCIe or shared memory), the host's
  * NICs (rails) and a network of switches, all as directed links with a bandwidth and a
  * latency, and the route of a message between any two ranks.

@@ -1,13 +1,14 @@
 /*
- * chorus-sim's engine: replays the real schedules of every rank (lib/algo, the ones the
- * engine executes) on a described fabric (fabric.h), with messages as flows of a max-min
- * fair network (flow.h).
+ * chorus-sim's engine, and the tuner's (lib/tune/tune_sim.c): replays the real schedules of
+ * every rank (lib/algo, the ones the engine executes) on a described fabric (fabric.h),
+ * with messages as flows of a max-min fair network (flow.h).
  *
  * The model of one rank is the engine's: a step starts when the steps it depends on are
  * done; the rank's CPU does one thing at a time (a message's software cost on each end,
  * a reduce, a copy), stretched when a host has more ranks than cores; a SEND's data
  * leaves as a flow once its software cost is paid and is at the receiver the path's
- * latency after the flow ends; a RECV completes when its data is there and it is posted.
+ * latency after the flow ends; a RECV completes when its data is there and it is posted
+ * (with recv_streams, its copy may start on the first bytes; fabric.h).
  *
  * Memory: ranks whose schedules are the same up to where their peers are (a ring's ranks
  * all are, with equal shares) share one copy of the schedule, so 4,096 ranks keep a few
