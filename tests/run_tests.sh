@@ -313,7 +313,8 @@ run_mp() {
     for tp in shm tcp; do
         for n in 2 4; do
             run_test "mp/leak_cycles n=$n transport=$tp 20000 allreduces 200 cycles" \
-                env CHORUS_TRANSPORT="$tp" CHORUS_TIMEOUT=20 "$CHORUSRUN" -n "$n" \
+                env CHORUS_TRANSPORT="$tp" CHORUS_TIMEOUT=20 \
+                GLIBC_TUNABLES=glibc.malloc.tcache_count=0 "$CHORUSRUN" -n "$n" \
                 --timeout 150 -- "$BUILD/tests/mp_leak_cycles" --allreduces 20000 --cycles 200
         done
     done
