@@ -312,32 +312,36 @@ static chorus_status_t sim_counts(const chorus_sim_args_t *a, int n, size_t esiz
     }
 }
 
+/* The arguments a communicator would build every rank's schedule from (rank 0's here). */
+static void sim_coll_args(const sim_t *s, uint64_t count, chorus_coll_args_t *ca)
+{
+    int nhosts = 0;
+
+    for (int r = 0; r < s->n; r++)
+        if (s->host[r] + 1 > nhosts) nhosts = s->host[r] + 1;
+    memset(ca, 0, sizeof *ca);
+    ca->coll = s->a->coll;
+    ca->nranks = s->n;
+    ca->count = count;
+    ca->root = s->a->root;
+    ca->chunk_count = s->a->chunk_bytes / s->esize;
+    ca->host_of = s->host;
+    ca->nhosts = nhosts;
+}
+
 static chorus_status_t sim_build(sim_t *s, uint64_t count)
 {
     const chorus_sim_args_t *a = s->a;
     chorus_coll_args_t ca;
-    int *host_of = malloc((size_t)s->n * sizeof *host_of);
     uint32_t *counter = calloc(2 * (size_t)s->n, sizeof *counter);
     chorus_status_t st = CHORUS_SUCCESS;
     uint64_t total = 0;
-    int nhosts = 0;
 
-    if (host_of == NULL || counter == NULL) {
+    if (counter == NULL) {
         st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %d ranks", s->n);
         goto out;
     }
-    for (int r = 0; r < s->n; r++) {
-        host_of[r] = s->host[r];
-        if (host_of[r] + 1 > nhosts) nhosts = host_of[r] + 1;
-    }
-    memset(&ca, 0, sizeof ca);
-    ca.coll = a->coll;
-    ca.nranks = s->n;
-    ca.count = count;
-    ca.root = a->root;
-    ca.chunk_count = a->chunk_bytes / s->esize;
-    ca.host_of = host_of;
-    ca.nhosts = nhosts;
+    sim_coll_args(s, count, &ca);
     for (int r = 0; r < s->n; r++) {
         chorus_sched_t sched;
         sim_class_t *c;
@@ -414,7 +418,6 @@ static chorus_status_t sim_build(sim_t *s, uint64_t count)
         for (uint32_t i = 0; i < c->nsteps; i++) s->deps_left[sim_g(s, (uint32_t)r, i)] = c->ndeps[i];
     }
 out:
-    free(host_of);
     free(counter);
     return st;
 }
@@ -1005,45 +1008,62 @@ out:
     return st;
 }
 
+/* Rank 0's schedule of a call, with s set up for it (sim_free(s) after, whatever the
+ * status); sched is initialised by the caller. What the lockstep pass and the size of a
+ * joint replay start from. */
+static chorus_status_t sim_rank0(chorus_fabric_t *fab, const chorus_sim_args_t *a, sim_t *s,
+                                 uint64_t *count_p, chorus_sched_t *sched)
+{
+    chorus_coll_args_t ca;
+    chorus_status_t st;
+
+    memset(s, 0, sizeof *s);
+    if (a->nranks < 1 || a->nranks > chorus__fabric_nranks(fab))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: %d ranks on a fabric of %d",
+                             a->nranks, chorus__fabric_nranks(fab));
+    if (!chorus__algo_supports(a->algo, a->coll)) return CHORUS_ERR_UNSUPPORTED;
+    s->fab = fab;
+    s->a = a;
+    s->n = a->nranks;
+    s->esize = chorus_dtype_size(a->dtype);
+    if (s->esize == 0) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: bad datatype");
+    st = sim_counts(a, s->n, s->esize, count_p);
+    if (st == CHORUS_SUCCESS) st = sim_setup(s, *count_p);
+    if (st != CHORUS_SUCCESS) return st;
+    sim_coll_args(s, *count_p, &ca);
+    ca.rank = 0;
+    return chorus__algo_build(a->algo, &ca, sched);
+}
+
+uint64_t chorus__sim_joint_steps(chorus_fabric_t *fab, const chorus_sim_args_t *a)
+{
+    sim_t s;
+    chorus_sched_t sched;
+    uint64_t count = 0, steps = UINT64_MAX;
+
+    chorus__sched_init(&sched, 0, a->nranks > 0 ? a->nranks : 1);
+    if (sim_rank0(fab, a, &s, &count, &sched) == CHORUS_SUCCESS)
+        steps = (uint64_t)sched.nsteps * (uint64_t)a->nranks;
+    else
+        chorus__error_clear();
+    chorus__sched_fini(&sched);
+    sim_free(&s);
+    return steps;
+}
+
 chorus_status_t chorus__sim_lockstep(chorus_fabric_t *fab, const chorus_sim_args_t *a,
                                      chorus_sim_result_t *res)
 {
     sim_t s;
     chorus_sched_t sched;
-    chorus_coll_args_t ca;
     chorus_status_t st;
     uint64_t count = 0, t0 = chorus__now_ns();
     double *ready = NULL, *start = NULL, cpu = 0, end = 0;
     uint32_t *ord = NULL, *sbegin = NULL, *sstep = NULL;
-    int nhosts = 0;
 
     memset(res, 0, sizeof *res);
-    memset(&s, 0, sizeof s);
     chorus__sched_init(&sched, 0, a->nranks > 0 ? a->nranks : 1);
-    if (a->nranks < 1 || a->nranks > chorus__fabric_nranks(fab))
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: %d ranks on a fabric of %d",
-                             a->nranks, chorus__fabric_nranks(fab));
-    if (!chorus__algo_supports(a->algo, a->coll)) return CHORUS_ERR_UNSUPPORTED;
-    s.fab = fab;
-    s.a = a;
-    s.n = a->nranks;
-    s.esize = chorus_dtype_size(a->dtype);
-    if (s.esize == 0) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "sim: bad datatype");
-    st = sim_counts(a, s.n, s.esize, &count);
-    if (st == CHORUS_SUCCESS) st = sim_setup(&s, count);
-    if (st != CHORUS_SUCCESS) goto out;
-    for (int r = 0; r < s.n; r++)
-        if (s.host[r] + 1 > nhosts) nhosts = s.host[r] + 1;
-    memset(&ca, 0, sizeof ca);
-    ca.coll = a->coll;
-    ca.nranks = s.n;
-    ca.count = count;
-    ca.root = a->root;
-    ca.chunk_count = a->chunk_bytes / s.esize;
-    ca.host_of = s.host;
-    ca.nhosts = nhosts;
-    ca.rank = 0;
-    st = chorus__algo_build(a->algo, &ca, &sched);
+    st = sim_rank0(fab, a, &s, &count, &sched);
     if (st != CHORUS_SUCCESS) goto out;
     /* Rank 0's sends per peer in order (sbegin/sstep, a CSR by peer), and each message's
      * ordinal among those to or from its peer. */

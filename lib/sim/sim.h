@@ -100,4 +100,8 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
 chorus_status_t chorus__sim_lockstep(chorus_fabric_t *fab, const chorus_sim_args_t *args,
                                      chorus_sim_result_t *res);
 
+/* How large a joint replay of args would be: rank 0's steps times the ranks (UINT64_MAX
+ * when the call cannot be built). */
+uint64_t chorus__sim_joint_steps(chorus_fabric_t *fab, const chorus_sim_args_t *args);
+
 #endif

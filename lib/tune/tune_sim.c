@@ -168,37 +168,6 @@ static double tune_arena(const chorus_tune_params_t *p, const chorus_tune_topo_t
     return work / share + 2 * chunks * sync;
 }
 
-/* Rank 0's steps times the ranks: the size of a joint replay of a; UINT64_MAX on error. */
-static uint64_t tune_joint_steps(chorus_fabric_t *fab, const chorus_sim_args_t *a, uint64_t count)
-{
-    chorus_coll_args_t ca;
-    chorus_sched_t s;
-    int *host = malloc((size_t)a->nranks * sizeof *host), nhosts = 0;
-    uint64_t steps = UINT64_MAX;
-
-    if (host == NULL) return steps;
-    for (int r = 0; r < a->nranks; r++) {
-        host[r] = chorus__fabric_host_of(fab, a->place != NULL ? a->place[r] : r);
-        if (host[r] + 1 > nhosts) nhosts = host[r] + 1;
-    }
-    memset(&ca, 0, sizeof ca);
-    ca.coll = a->coll;
-    ca.nranks = a->nranks;
-    ca.count = count;
-    ca.root = a->root;
-    ca.chunk_count = a->chunk_bytes / chorus_dtype_size(a->dtype);
-    ca.host_of = host;
-    ca.nhosts = nhosts;
-    chorus__sched_init(&s, 0, a->nranks);
-    if (chorus__algo_build(a->algo, &ca, &s) == CHORUS_SUCCESS)
-        steps = (uint64_t)s.nsteps * (uint64_t)a->nranks;
-    else
-        chorus__error_clear();
-    chorus__sched_fini(&s);
-    free(host);
-    return steps;
-}
-
 /* One simulation of count elements, with the cache factor of mem_count elements. */
 static chorus_status_t tune_simulate_at(chorus_fabric_t *fab, const int *place, int n,
                                         chorus_coll_t coll, chorus_algo_t algo, uint64_t count,
@@ -221,7 +190,7 @@ static chorus_status_t tune_simulate_at(chorus_fabric_t *fab, const int *place, 
     a.nranks = n;
     a.place = place;
     a.mem_bytes = mem_count * esize;
-    if (n <= TUNE_JOINT_MAX || tune_joint_steps(fab, &a, count) <= TUNE_JOINT_STEPS)
+    if (n <= TUNE_JOINT_MAX || chorus__sim_joint_steps(fab, &a) <= TUNE_JOINT_STEPS)
         status = chorus__sim_run(fab, &a, &res);
     else
         status = chorus__sim_lockstep(fab, &a, &res);
