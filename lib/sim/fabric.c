@@ -106,6 +106,8 @@ static int fab_link(chorus_fabric_t *f, int a, int b, double gbps, double lat_us
     }
     int id = f->nlinks;
     f->links[id].bw = gbps * 1e9 / 8;
+    f->links[id].burst = 0;
+    f->links[id].peak = 0;
     f->links[id].lat_s = lat_us * 1e-6;
     f->links[id].from = a;
     f->links[id].to = b;
@@ -153,6 +155,10 @@ static chorus_status_t fab_check(const chorus_fab_desc_t *d)
     if (d->bus_gbps < 0) return fab_bad("intra.bus_gbps must be >= 0");
     if (!(d->nic_sendbuf >= 0) || d->nic_sendbuf > 1e12)
         return fab_bad("nic.send_buffer_bytes must be 0 to 1e12");
+    if (!(d->nic_burst >= 0) || d->nic_burst > 1e12)
+        return fab_bad("nic.burst_bytes must be 0 to 1e12");
+    if (d->nic_burst > 0 && !(d->nic_peak_gbps > d->nic_gbps && d->nic_peak_gbps < 1e9))
+        return fab_bad("nic.peak_gbps must be above nic.gbps when nic.burst_bytes is set");
     if (!(d->intra_sendbuf >= 0) || d->intra_sendbuf > 1e12)
         return fab_bad("intra.send_buffer_bytes must be 0 to 1e12");
     if (d->intra_pairs && (d->ranks_per_host > 256 || (double)d->hosts * d->ranks_per_host *
@@ -164,6 +170,7 @@ static chorus_status_t fab_check(const chorus_fab_desc_t *d)
     if (!(d->step_us >= 0) || !(d->wait_us >= 0) || !(d->llc_mb >= 0) ||
         !(d->dram_factor >= 0))
         return fab_bad("cpu.step_us, wait_us, llc_mb and dram_factor must be >= 0");
+    if (d->cores_per_host < 0) return fab_bad("cpu.cores_per_host must be >= 0");
     if (!(d->reduce_GBps > 0) || !(d->copy_GBps > 0))
         return fab_bad("cpu.reduce_GBps and cpu.copy_GBps must be > 0");
     if (d->intra_lat_us < 0 || d->nic_lat_us < 0 || d->switch_lat_us < 0 || d->msg_us < 0)
@@ -192,7 +199,13 @@ static int fab_nic_link(chorus_fabric_t *f, int h, int k, int sw)
     char name[FAB_LINK_NAME_MAX];
     snprintf(name, sizeof name, "h%d.nic%d", h, k);
     int id = fab_link(f, fab_nic_node(f, h, k), sw, f->desc.nic_gbps, f->desc.nic_lat_us, name);
-    if (id >= 0) f->nic_up[h * f->nics + k] = id;
+    if (id >= 0) {
+        f->nic_up[h * f->nics + k] = id;
+        for (int dir = 0; dir < 2; dir++) {
+            f->links[id + dir].burst = f->desc.nic_burst;
+            f->links[id + dir].peak = f->desc.nic_peak_gbps * 1e9 / 8;
+        }
+    }
     return id;
 }
 

@@ -69,6 +69,10 @@ typedef struct {
     double nic_sendbuf;  /* bytes a rank may have in flight to one peer on another host
                           * before a send waits for the wire (TCP's socket buffer); 0: a
                           * send is done when its data has left (RDMA, rendezvous) */
+    double nic_burst;    /* > 0: each NIC link, both ways, is a token bucket of this many
+                          * bytes (a shaper such as tbf): it runs at nic_peak_gbps while
+                          * the bucket holds tokens, at its rate once it is empty */
+    double nic_peak_gbps;
     /* The network. */
     chorus_fab_net_kind_t net;
     int levels;          /* fat tree: 2 or 3 */
@@ -109,6 +113,8 @@ typedef struct {
 /* A directed link. */
 typedef struct {
     double bw;     /* bytes per second; 0: down */
+    double burst;  /* > 0: a token bucket of this many bytes (nic.burst_bytes) */
+    double peak;   /* its rate while the bucket holds tokens, bytes per second */
     double lat_s;
     int from, to;  /* nodes */
 } chorus_fab_link_t;

@@ -220,8 +220,9 @@ chorus_status_t chorus__fab_desc_parse(const char *text, const char *name, choru
                                        "network", "cpu", "overrides", "comment", NULL};
     static const char *const ikeys[] = {"kind", "gbps", "lat_us", "bus_gbps", "pairs",
                                         "send_buffer_bytes", "send_ns", "recv_ns", NULL};
-    static const char *const nkeys[] = {"count", "gbps", "lat_us", "send_buffer_bytes",
-                                        "send_ns", "recv_ns", NULL};
+    static const char *const nkeys[] = {"count",       "gbps",      "lat_us",  "send_buffer_bytes",
+                                        "burst_bytes", "peak_gbps", "send_ns", "recv_ns",
+                                        NULL};
     static const char *const ckeys[] = {"msg_us", "reduce_GBps", "copy_GBps", "cores_per_host",
                                         "step_us", "wait_us", "llc_mb", "dram_factor",
                                         "recv_streams", NULL};
@@ -258,6 +259,8 @@ chorus_status_t chorus__fab_desc_parse(const char *text, const char *name, choru
         fj_num(&c, o, "nic", "gbps", &d->nic_gbps);
         fj_num(&c, o, "nic", "lat_us", &d->nic_lat_us);
         fj_num(&c, o, "nic", "send_buffer_bytes", &d->nic_sendbuf);
+        fj_num(&c, o, "nic", "burst_bytes", &d->nic_burst);
+        fj_num(&c, o, "nic", "peak_gbps", &d->nic_peak_gbps);
         fj_num(&c, o, "nic", "send_ns", &d->net_send_ns);
         fj_num(&c, o, "nic", "recv_ns", &d->net_recv_ns);
     }
@@ -321,10 +324,12 @@ int chorus__fab_desc_write(const chorus_fab_desc_t *d, void *file)
                                   "bus_gbps", d->bus_gbps, "pairs", d->intra_pairs != 0,
                                   "send_buffer_bytes", d->intra_sendbuf, "send_ns",
                                   d->intra_send_ns, "recv_ns", d->intra_recv_ns));
-    json_object_set_new(root, "nic", json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "count", d->nics,
-                                               "gbps", d->nic_gbps, "lat_us", d->nic_lat_us,
-                                               "send_buffer_bytes", d->nic_sendbuf, "send_ns",
-                                               d->net_send_ns, "recv_ns", d->net_recv_ns));
+    json_object_set_new(root, "nic", json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "count",
+                                               d->nics, "gbps", d->nic_gbps, "lat_us",
+                                               d->nic_lat_us, "send_buffer_bytes", d->nic_sendbuf,
+                                               "burst_bytes", d->nic_burst, "peak_gbps",
+                                               d->nic_peak_gbps, "send_ns", d->net_send_ns,
+                                               "recv_ns", d->net_recv_ns));
     json_object_set_new(net, "type", json_string(types[d->net]));
     if (d->net == CHORUS_FAB_NET_FAT_TREE) {
         json_object_set_new(net, "levels", json_integer(d->levels));

@@ -86,9 +86,13 @@ chorus_status_t chorus__fab_desc_preset(const char *spec, chorus_fab_desc_t *d)
         /* Each host's veth, capped by tbf at mbit (on the wire); the bridge forwards in the
          * kernel. What carries payload is a TCP segment's 1448 bytes of every 1514 on the
          * wire (Ethernet 14, IP 20, TCP 20 and its timestamp option 12): a constant of the
-         * protocols, not a fit. tbf's bucket (80 kB) lets short bursts through faster, which
-         * this does not model. */
+         * protocols, not a fit. */
         d->nic_gbps = v[2] / 1000 * 1448.0 / 1514.0;
+        /* tbf's bucket (tests/cluster/cluster.sh: burst 80kb, tc's 1024-byte kb): a link
+         * that idled sends that much at the speed of a veth without tbf, 10 Gbit/s (two
+         * unshaped hosts: chorus-bench sendrecv of 4 MiB, 1.42 GB/s each way, 2026-12-03). */
+        d->nic_burst = 80 * 1024;
+        d->nic_peak_gbps = 10;
         d->nic_lat_us = 25;
         /* The tcp transport's socket buffers (CHORUS_TCP_BUF, 4 MiB): a send is done once
          * its bytes are in the kernel, while earlier ones still wait for the wire. */

@@ -23,6 +23,12 @@
  * served) / rate; an indexed heap orders the bundles by it. A rate change is then O(log
  * bundles) whatever the flows in the bundle (a tree's pipeline keeps hundreds of chunks
  * on one path).
+ *
+ * Token buckets (a few links, the emulated cluster's tbf): a bucketed link's capacity is
+ * its peak or its rate by the bucket's state; its tokens move at rate - load between
+ * solves (load: what its flows carry, known after each solve), so when it empties or
+ * refills is exact too, and the next event is the earliest of the flows' ends and the
+ * buckets' turns. A turn marks the link dirty like a start or an end.
  */
 #include "sim/flow.h"
 
@@ -67,6 +73,14 @@ typedef struct {
     int32_t n, cap;
 } lbundles_t;
 
+typedef struct {
+    int32_t link;
+    double bucket, peak, rate; /* bytes, bytes/s, bytes/s */
+    double refill;             /* tokens an empty bucket needs to burst again */
+    double tokens, load, t_upd;
+    int burst;                 /* the link runs at peak */
+} tbucket_t;
+
 struct chorus_flownet {
     int nlinks;
     double *cap;
@@ -93,6 +107,9 @@ struct chorus_flownet {
     int32_t solve_no;
     double now;
     uint64_t solves;
+    tbucket_t *bk;   /* token buckets */
+    int nbk;
+    int32_t *bk_of;  /* per link: its bucket, -1 none (NULL until the first) */
 };
 
 chorus_status_t chorus__flownet_create(const double *cap, int nlinks, chorus_flownet_t **net_p)
@@ -144,6 +161,8 @@ void chorus__flownet_free(chorus_flownet_t *n)
     free(n->lheap);
     free(n->comp_b);
     free(n->comp_l);
+    free(n->bk);
+    free(n->bk_of);
     free(n);
 }
 
@@ -335,6 +354,68 @@ static void bflows_pop(chorus_flownet_t *n, bundle_t *b)
     if (b->m > 0) b->flows[i] = last;
 }
 
+chorus_status_t chorus__flownet_set_bucket(chorus_flownet_t *n, int link, double bucket,
+                                           double peak)
+{
+    tbucket_t *b;
+
+    if (link < 0 || link >= n->nlinks || !(n->cap[link] > 0) || !(bucket > 0) ||
+        !(peak > n->cap[link]) || isinf(bucket) || isinf(peak))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "flow network: a bucket of %g bytes at %g B/s on link %d", bucket,
+                             peak, link);
+    if (n->bk_of == NULL) {
+        n->bk_of = malloc((size_t)n->nlinks * sizeof *n->bk_of);
+        if (n->bk_of == NULL) goto nomem;
+        for (int l = 0; l < n->nlinks; l++) n->bk_of[l] = -1;
+    }
+    if (n->bk_of[link] < 0) {
+        tbucket_t *v = realloc(n->bk, ((size_t)n->nbk + 1) * sizeof *v);
+        if (v == NULL) goto nomem;
+        n->bk = v;
+        n->bk_of[link] = n->nbk++;
+        n->bk[n->bk_of[link]].rate = n->cap[link];
+    }
+    b = &n->bk[n->bk_of[link]];
+    b->link = link;
+    b->bucket = bucket;
+    b->peak = peak;
+    b->refill = bucket < CHORUS_FLOW_BURST_PACKET ? bucket : CHORUS_FLOW_BURST_PACKET;
+    b->tokens = 0;
+    b->load = 0;
+    b->t_upd = n->now;
+    b->burst = 0;
+    if (!n->dirty_l[link]) {
+        n->dirty_l[link] = 1;
+        n->dirty[n->ndirty++] = link;
+    }
+    return CHORUS_SUCCESS;
+nomem:
+    return chorus__error(CHORUS_ERR_NO_MEMORY, "flow network: no memory for a bucket");
+}
+
+/* The bucket's tokens at t, its load unchanged since t_upd. */
+static void bk_sync(tbucket_t *b, double t)
+{
+    if (t <= b->t_upd) return;
+    b->tokens += (b->rate - b->load) * (t - b->t_upd);
+    if (b->tokens > b->bucket) b->tokens = b->bucket;
+    if (b->tokens < 0) b->tokens = 0;
+    b->t_upd = t;
+}
+
+/* When the bucket next turns: empties while bursting above its rate, or holds enough to
+ * burst again while paced below it. */
+static double bk_turn(const tbucket_t *b)
+{
+    if (b->burst && b->load > b->rate * (1 + 1e-12)) return b->t_upd + b->tokens / (b->load - b->rate);
+    if (!b->burst && b->load < b->rate * (1 - 1e-12)) {
+        double need = b->refill - b->tokens;
+        return b->t_upd + (need > 0 ? need / (b->rate - b->load) : 0);
+    }
+    return INFINITY;
+}
+
 chorus_status_t chorus__flownet_add(chorus_flownet_t *n, double now, const int32_t *links,
                                     int nlinks, double bytes, uint64_t tag)
 {
@@ -466,6 +547,7 @@ static int flow_solve(chorus_flownet_t *n)
     for (size_t li = 0; li < nl; li++) {
         int32_t l = n->comp_l[li];
         lbundles_t *o = &n->on[l];
+        if (n->bk_of != NULL && n->bk_of[l] >= 0) bk_sync(&n->bk[n->bk_of[l]], n->now);
         n->rem[l] = n->cap[l];
         n->nun[l] = 0;
         for (int32_t j = 0; j < o->n; j++) n->nun[l] += n->bundles[o->b[j]].m;
@@ -504,13 +586,26 @@ static int flow_solve(chorus_flownet_t *n)
             if (bundle_set_rate(n, o->b[j], share)) return -1;
         }
     }
+    /* What the bucketed links now carry: their capacity less what is left of it. */
+    for (size_t li = 0; n->bk_of != NULL && li < nl; li++) {
+        int32_t l = n->comp_l[li];
+        if (n->bk_of[l] < 0) continue;
+        tbucket_t *b = &n->bk[n->bk_of[l]];
+        b->load = n->cap[l] - n->rem[l] > 0 ? n->cap[l] - n->rem[l] : 0;
+    }
     return 0;
 }
 
 double chorus__flownet_next(chorus_flownet_t *n)
 {
+    double t;
     if (n->ndirty > 0 && flow_solve(n)) return NAN;
-    return n->nends > 0 ? n->bundles[n->ends[0]].t_next : INFINITY;
+    t = n->nends > 0 ? n->bundles[n->ends[0]].t_next : INFINITY;
+    for (int k = 0; k < n->nbk; k++) {
+        double turn = bk_turn(&n->bk[k]);
+        if (turn < t) t = turn < n->now ? n->now : turn;
+    }
+    return t;
 }
 
 int chorus__flownet_advance(chorus_flownet_t *n, double t, uint64_t *tags, int max)
@@ -519,6 +614,20 @@ int chorus__flownet_advance(chorus_flownet_t *n, double t, uint64_t *tags, int m
     int got = 0;
 
     if (t > n->now) n->now = t;
+    /* Buckets that empty or refill by now turn: their link's capacity changes. */
+    for (int k = 0; k < n->nbk; k++) {
+        tbucket_t *b = &n->bk[k];
+        double turn = bk_turn(b);
+        bk_sync(b, n->now);
+        if (turn > n->now + slack) continue;
+        b->burst = !b->burst;
+        if (!b->burst) b->tokens = 0;
+        n->cap[b->link] = b->burst ? b->peak : b->rate;
+        if (!n->dirty_l[b->link]) {
+            n->dirty_l[b->link] = 1;
+            n->dirty[n->ndirty++] = b->link;
+        }
+    }
     /* Ended: due by now, or within a part in 1e9 of it (the rounding of flows that end
      * together). */
     while (got < max && n->nends > 0) {

@@ -939,6 +939,12 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
     for (int l = 0; l < nl; l++) caps[l] = chorus__fabric_link(fab, l)->bw;
     st = chorus__flownet_create(caps, nl, &s.net);
     free(caps);
+    /* Token buckets; a link an override made as fast as its peak (or down) has none. */
+    for (int l = 0; st == CHORUS_SUCCESS && l < nl; l++) {
+        const chorus_fab_link_t *fl = chorus__fabric_link(fab, l);
+        if (fl->burst > 0 && fl->bw > 0 && fl->peak > fl->bw)
+            st = chorus__flownet_set_bucket(s.net, l, fl->burst, fl->peak);
+    }
     if (st != CHORUS_SUCCESS) goto out;
     for (int r = 0; r < s.n; r++) {
         const sim_class_t *c = s.classes[s.cls[r]];

@@ -4,7 +4,8 @@
 # network. Runs a command as R ranks on every host and tears everything down on exit.
 #
 #   tests/cluster/cluster.sh --hosts 4 [--ranks-per-host 2] [--placement block|cyclic]
-#       [--rate 200mbit] [--rate-of 3=100mbit] [--burst 80kb] [--latency 100ms] [--timeout 120]
+#       [--rate 200mbit] [--rate-of 3=100mbit] [--burst 80kb] [--latency 100ms]
+#       [--peak 1.02 [--gso 16384]] [--timeout 120]
 #       [--port 29500] [--subnet 10.213.0] [--prefix NAME] [--stats FILE] -- prog args...
 #   tests/cluster/cluster.sh --clean [--prefix NAME]
 #
@@ -12,7 +13,12 @@
 # and host name host<h> (a UTS namespace per rank); the switch is NAME-sw with bridge br0
 # and the peers vs<h>. --rate caps every link with tbf on both directions (the host's
 # egress on vh<h> and the switch's egress toward it on vs<h>); --rate-of h=RATE overrides
-# one host (repeatable). With --placement block (the default) rank r = h * R + l runs on host
+# one host (repeatable). --peak F adds tbf's second bucket, a peak rate of F times the
+# rate holding one packet, and caps the veths' packets (GSO) at --gso bytes (default
+# 16384): a link then never sends faster than F times its rate, where tbf alone lets a
+# link that idled bank --burst bytes and send them at the veth's speed. With --peak a
+# 100mbit link delivers what a 100 Mbit/s line would: no free bytes after an idle spell
+# beyond one packet. With --placement block (the default) rank r = h * R + l runs on host
 # h as its local rank l; with --placement cyclic rank r = l * H + h does (host r % H), so the
 # ranks of a host are not contiguous. Each rank gets CHORUS_RANK, CHORUS_WORLD_SIZE,
 # CHORUS_LOCAL_RANK, CHORUS_LOCAL_SIZE, CHORUS_ROOT=<host 0>:<port>, a fresh CHORUS_SECRET and
@@ -36,6 +42,8 @@ RATE=""
 RATE_OF=""
 BURST=""
 LATENCY=100ms
+PEAK=""
+GSO=16384
 TIMEOUT=300
 PORT=29500
 SUBNET=10.213.0
@@ -54,7 +62,7 @@ is_uint() { case "$1" in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --hosts | --ranks-per-host | --placement | --rate | --rate-of | --burst | --latency | \
-        --timeout | --port | --subnet | --prefix | --stats)
+        --peak | --gso | --timeout | --port | --subnet | --prefix | --stats)
         [ $# -ge 2 ] || die "$1 needs a value" ;;
     esac
     case "$1" in
@@ -65,6 +73,8 @@ while [ $# -gt 0 ]; do
     --rate-of) RATE_OF="$RATE_OF $(echo "${2:-}" | tr ',' ' ')"; shift 2 ;;
     --burst) BURST=${2:-}; shift 2 ;;
     --latency) LATENCY=${2:-}; shift 2 ;;
+    --peak) PEAK=${2:-}; shift 2 ;;
+    --gso) GSO=${2:-}; shift 2 ;;
     --timeout) TIMEOUT=${2:-}; shift 2 ;;
     --port) PORT=${2:-}; shift 2 ;;
     --subnet) SUBNET=${2:-}; shift 2 ;;
@@ -88,6 +98,10 @@ if [ "$CLEAN" -eq 0 ]; then
     is_uint "$PORT" && [ "$PORT" -ge 1 ] && [ "$PORT" -le 65535 ] || die "bad --port"
     echo "$SUBNET" | grep -Eq '^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$' ||
         die "--subnet is the first three octets of a /24, e.g. 10.213.0"
+    if [ -n "$PEAK" ]; then
+        echo "$PEAK" | grep -Eq '^1\.[0-9]*[1-9][0-9]*$' || die "--peak is a factor above 1, e.g. 1.02"
+        is_uint "$GSO" && [ "$GSO" -ge 1500 ] && [ "$GSO" -le 65536 ] || die "--gso is 1500..65536 bytes"
+    fi
     for ov in $RATE_OF; do
         h=${ov%%=*}
         is_uint "$h" && [ "$h" -lt "$HOSTS" ] && [ -n "${ov#*=}" ] && [ "$ov" != "$h" ] ||
@@ -191,9 +205,26 @@ rate_of() {
 # tbf's bucket must hold one GSO packet (the veths pass 64 KiB ones, plus the headers of
 # each segment) or tbf has to split it; a larger one would let a host bank free bandwidth
 # while idle (between a benchmark's iterations), which inflates short transfers.
+#
+# --peak: tbf's peak bucket holds one packet (--gso bytes and the headers of its segments),
+# refilled at F times the rate; packets are capped at --gso on the veths. A peak rate a
+# little above the rate (not equal: tbf wants it higher) leaves the link some slack for a
+# late timer without letting it burst.
+kbit_of() {
+    echo "$1" | awk '/[kK]bit$/ { print $0 + 0; next } /[mM]bit$/ { print ($0 + 0) * 1000; next }
+                     /[gG]bit$/ { print ($0 + 0) * 1000000; next } { print -1 }'
+}
 tbf() {
+    peak=""
+    if [ -n "$PEAK" ]; then
+        k=$(kbit_of "$3")
+        [ "$k" -gt 0 ] 2>/dev/null || { echo "cluster: --peak needs a rate in kbit, mbit or gbit, not '$3'" >&2; return 1; }
+        peak="peakrate $(awk -v k="$k" -v f="$PEAK" 'BEGIN { printf "%dkbit", k * f }') mtu ${PEAK_MTU:-$((GSO + 2048))}"
+        ip -n "$1" link set "$2" gso_max_size "$GSO" || return 1
+    fi
+    # shellcheck disable=SC2086
     in_ns "$1" tc qdisc add dev "$2" root tbf rate "$3" burst "${BURST:-80kb}" \
-        latency "$LATENCY" || return 1
+        latency "$LATENCY" $peak || return 1
 }
 
 setup() {

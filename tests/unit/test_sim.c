@@ -4,7 +4,7 @@
  * allreduce moves 2(n-1)/n of the vector over its slowest link); messages between two
  * ranks as one ordered stream, sends done early into socket buffers, the critical path and
  * the trace a recorded run writes; a receive that streams, a link per pair of ranks, the CPU
- * keys of a description and where ranks are placed.
+ * keys of a description and where ranks are placed; token buckets (tbf) on links.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -72,6 +72,41 @@ static void test_flow_bundle(void **state)
     /* Flow 1 had 4 - 2 = 2 left, now alone at 4 B/s. */
     NEAR(chorus__flownet_next(n), 2.5, 1e-12);
     assert_int_not_equal(chorus__flownet_add(n, 2.0, down, 1, 1, 3), CHORUS_SUCCESS);
+    chorus__flownet_free(n);
+}
+
+/* A token bucket of 20 bytes on a 10 B/s link that peaks at 50 B/s (its refill threshold is
+ * the whole bucket, being under CHORUS_FLOW_BURST_PACKET). It starts empty: 30 bytes take
+ * 3 s at the rate. Idle, it refills and turns at t = 3 + 20/10 = 5. 60 bytes from t = 10
+ * drain the 20 tokens at 50 - 10 B/s, empty at 10.5 after 25 bytes, and the other 35 take
+ * 3.5 s at the rate: B + r T = 60 bytes in T = 4 s. */
+static void test_flow_bucket(void **state)
+{
+    const double cap[] = {10};
+    const int32_t p[] = {0};
+    uint64_t tags[4];
+    chorus_flownet_t *n;
+
+    (void)state;
+    assert_int_equal(chorus__flownet_create(cap, 1, &n), CHORUS_SUCCESS);
+    assert_int_equal(chorus__flownet_set_bucket(n, 0, 20, 10), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(chorus__flownet_set_bucket(n, 0, 0, 50), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(chorus__flownet_set_bucket(n, 1, 20, 50), CHORUS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(chorus__flownet_set_bucket(n, 0, 20, 50), CHORUS_SUCCESS);
+    assert_int_equal(chorus__flownet_add(n, 0, p, 1, 30, 1), CHORUS_SUCCESS);
+    NEAR(chorus__flownet_next(n), 3.0, 1e-12);
+    assert_int_equal(chorus__flownet_advance(n, 3.0, tags, 4), 1);
+    NEAR(chorus__flownet_next(n), 5.0, 1e-12);
+    assert_int_equal(chorus__flownet_advance(n, 5.0, tags, 4), 0);
+    assert_true(isinf(chorus__flownet_next(n)));
+    assert_int_equal(chorus__flownet_advance(n, 10.0, tags, 4), 0);
+    assert_int_equal(chorus__flownet_add(n, 10.0, p, 1, 60, 2), CHORUS_SUCCESS);
+    NEAR(chorus__flownet_next(n), 10.5, 1e-12);
+    assert_int_equal(chorus__flownet_advance(n, 10.5, tags, 4), 0);
+    NEAR(chorus__flownet_next(n), 14.0, 1e-12);
+    assert_int_equal(chorus__flownet_advance(n, 14.0, tags, 4), 1);
+    assert_true(tags[0] == 2);
+    NEAR(chorus__flownet_link_bytes(n)[0], 90, 1e-12);
     chorus__flownet_free(n);
 }
 
@@ -485,6 +520,8 @@ static void test_fabric_cpu_keys_and_placement(void **state)
     assert_true(e.net_send_ns == 0.3 && e.net_recv_ns == 0.4 && e.step_us == 0.5);
     assert_true(e.wait_us == 0.6 && e.llc_mb == 32 && e.dram_factor == 2);
     expect_bad("{\"intra\": {\"pairs\": 1}}", "intra.pairs");
+    expect_bad("{\"nic\": {\"gbps\": 10, \"burst_bytes\": 1000, \"peak_gbps\": 10}}",
+               "nic.peak_gbps");
     expect_bad("{\"cpu\": {\"wait_us\": -1}}", "wait_us");
     /* Hosts swapped by placement: the same time, the ranks being alike. */
     assert_int_equal(chorus__fabric_build(&e, &f), CHORUS_SUCCESS);
@@ -507,11 +544,74 @@ static void test_fabric_cpu_keys_and_placement(void **state)
     chorus__fab_desc_free(&e);
 }
 
+/* nic.burst_bytes and nic.peak_gbps: written and read back, on both directions of every
+ * NIC link and on no other. A 2-rank ring keeps its links busy from start to end, so buckets
+ * that start empty never fill: the same time as without (to a part in 1e3: the gaps of the
+ * reduce steps refill a little). A tree's leaves idle while the root works, so its calls
+ * gain. */
+static void test_fabric_bucket(void **state)
+{
+    const char *plain = "{\"hosts\": 4, \"nic\": {\"gbps\": 0.1, \"lat_us\": 25}}";
+    const char *tbf = "{\"hosts\": 4, \"nic\": {\"gbps\": 0.1, \"lat_us\": 25, "
+                      "\"burst_bytes\": 81920, \"peak_gbps\": 10}}";
+    chorus_fab_desc_t d, e;
+    chorus_fabric_t *f, *g;
+    chorus_sim_args_t a;
+    chorus_sim_result_t r1, r2;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem;
+    int nb = 0;
+
+    (void)state;
+    assert_int_equal(chorus__fab_desc_parse(tbf, "test", &d), CHORUS_SUCCESS);
+    mem = open_memstream(&buf, &len);
+    assert_int_equal(chorus__fab_desc_write(&d, mem), 0);
+    fclose(mem);
+    assert_int_equal(chorus__fab_desc_parse(buf, "written", &e), CHORUS_SUCCESS);
+    free(buf);
+    assert_true(e.nic_burst == 81920 && e.nic_peak_gbps == 10);
+    assert_int_equal(chorus__fabric_build(&e, &g), CHORUS_SUCCESS);
+    for (int l = 0; l < chorus__fabric_nlinks(g); l++) {
+        const chorus_fab_link_t *k = chorus__fabric_link(g, l);
+        if (k->burst > 0) {
+            nb++;
+            assert_true(k->burst == 81920 && k->peak == 10e9 / 8);
+        }
+    }
+    assert_int_equal(nb, 8); /* 4 NICs, both ways */
+    f = build(plain);
+    memset(&a, 0, sizeof a);
+    a.coll = CHORUS_COLL_ALLREDUCE;
+    a.algo = CHORUS_ALGO_RING;
+    a.bytes = 4 << 20;
+    a.dtype = CHORUS_FLOAT32;
+    a.nranks = 2;
+    assert_int_equal(chorus__sim_run(f, &a, &r1), CHORUS_SUCCESS);
+    assert_int_equal(chorus__sim_run(g, &a, &r2), CHORUS_SUCCESS);
+    NEAR(r2.time_s, r1.time_s, 1e-3);
+    free(r1.links);
+    free(r2.links);
+    a.algo = CHORUS_ALGO_TREE;
+    a.bytes = 64 << 10;
+    a.nranks = 4;
+    assert_int_equal(chorus__sim_run(f, &a, &r1), CHORUS_SUCCESS);
+    assert_int_equal(chorus__sim_run(g, &a, &r2), CHORUS_SUCCESS);
+    assert_true(r2.time_s < 0.95 * r1.time_s);
+    free(r1.links);
+    free(r2.links);
+    chorus__fabric_free(f);
+    chorus__fabric_free(g);
+    chorus__fab_desc_free(&d);
+    chorus__fab_desc_free(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flow_maxmin),
         cmocka_unit_test(test_flow_bundle),
+        cmocka_unit_test(test_flow_bucket),
         cmocka_unit_test(test_fabric_errors),
         cmocka_unit_test(test_fabric_routes),
         cmocka_unit_test(test_fabric_from_report),
@@ -521,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_sim_critical_path),
         cmocka_unit_test(test_sim_streaming_receive),
         cmocka_unit_test(test_fabric_cpu_keys_and_placement),
+        cmocka_unit_test(test_fabric_bucket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
