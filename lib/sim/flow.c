@@ -186,15 +186,17 @@ static uint64_t path_hash(const int32_t *links, int n)
     return h;
 }
 
+static void mark_link_dirty(chorus_flownet_t *n, int32_t l)
+{
+    if (!n->dirty_l[l]) {
+        n->dirty_l[l] = 1;
+        n->dirty[n->ndirty++] = l;
+    }
+}
+
 static void mark_dirty(chorus_flownet_t *n, const bundle_t *b)
 {
-    for (int i = 0; i < b->nlinks; i++) {
-        int32_t l = b->links[i];
-        if (!n->dirty_l[l]) {
-            n->dirty_l[l] = 1;
-            n->dirty[n->ndirty++] = l;
-        }
-    }
+    for (int i = 0; i < b->nlinks; i++) mark_link_dirty(n, b->links[i]);
 }
 
 /* The bundle of this path, made when new. -1 when out of memory. */
@@ -385,10 +387,7 @@ chorus_status_t chorus__flownet_set_bucket(chorus_flownet_t *n, int link, double
     b->load = 0;
     b->t_upd = n->now;
     b->burst = 0;
-    if (!n->dirty_l[link]) {
-        n->dirty_l[link] = 1;
-        n->dirty[n->ndirty++] = link;
-    }
+    mark_link_dirty(n, link);
     return CHORUS_SUCCESS;
 nomem:
     return chorus__error(CHORUS_ERR_NO_MEMORY, "flow network: no memory for a bucket");
@@ -623,10 +622,7 @@ int chorus__flownet_advance(chorus_flownet_t *n, double t, uint64_t *tags, int m
         b->burst = !b->burst;
         if (!b->burst) b->tokens = 0;
         n->cap[b->link] = b->burst ? b->peak : b->rate;
-        if (!n->dirty_l[b->link]) {
-            n->dirty_l[b->link] = 1;
-            n->dirty[n->ndirty++] = b->link;
-        }
+        mark_link_dirty(n, b->link);
     }
     /* Ended: due by now, or within a part in 1e9 of it (the rounding of flows that end
      * together). */

@@ -15,10 +15,10 @@
 # egress on vh<h> and the switch's egress toward it on vs<h>); --rate-of h=RATE overrides
 # one host (repeatable). --peak F adds tbf's second bucket, a peak rate of F times the
 # rate holding one packet, and caps the veths' packets (GSO) at --gso bytes (default
-# 16384): a link then never sends faster than F times its rate, where tbf alone lets a
-# link that idled bank --burst bytes and send them at the veth's speed. With --peak a
-# 100mbit link delivers what a 100 Mbit/s line would: no free bytes after an idle spell
-# beyond one packet. With --placement block (the default) rank r = h * R + l runs on host
+# 16384; the peak bucket's size is PEAK_MTU bytes if set in the environment): a link then
+# never sends faster than F times its rate, where tbf alone lets a link that idled bank
+# --burst bytes and send them at the veth's speed. The small packets cost CPU: on the
+# 2-core VM busy links lose part of their rate (docs/sim-validation.md). With --placement block (the default) rank r = h * R + l runs on host
 # h as its local rank l; with --placement cyclic rank r = l * H + h does (host r % H), so the
 # ranks of a host are not contiguous. Each rank gets CHORUS_RANK, CHORUS_WORLD_SIZE,
 # CHORUS_LOCAL_RANK, CHORUS_LOCAL_SIZE, CHORUS_ROOT=<host 0>:<port>, a fresh CHORUS_SECRET and

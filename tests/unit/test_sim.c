@@ -491,6 +491,21 @@ static void test_sim_streaming_receive(void **state)
 }
 
 /* The new keys survive a write and a parse; a rank placed twice is refused. */
+/* A description parsed (into d), written and parsed again (into e). */
+static void round_trip(const char *json, chorus_fab_desc_t *d, chorus_fab_desc_t *e)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem;
+
+    assert_int_equal(chorus__fab_desc_parse(json, "test", d), CHORUS_SUCCESS);
+    mem = open_memstream(&buf, &len);
+    assert_int_equal(chorus__fab_desc_write(d, mem), 0);
+    fclose(mem);
+    assert_int_equal(chorus__fab_desc_parse(buf, "written", e), CHORUS_SUCCESS);
+    free(buf);
+}
+
 static void test_fabric_cpu_keys_and_placement(void **state)
 {
     const char *json = "{\"hosts\": 2, \"ranks_per_host\": 2, \"intra\": {\"pairs\": true, "
@@ -502,18 +517,10 @@ static void test_fabric_cpu_keys_and_placement(void **state)
     chorus_fabric_t *f;
     chorus_sim_args_t a;
     chorus_sim_result_t r1, r2;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem;
     const int swap[] = {2, 3, 0, 1}, twice[] = {0, 1, 1, 2};
 
     (void)state;
-    assert_int_equal(chorus__fab_desc_parse(json, "test", &d), CHORUS_SUCCESS);
-    mem = open_memstream(&buf, &len);
-    assert_int_equal(chorus__fab_desc_write(&d, mem), 0);
-    fclose(mem);
-    assert_int_equal(chorus__fab_desc_parse(buf, "written", &e), CHORUS_SUCCESS);
-    free(buf);
+    round_trip(json, &d, &e);
     assert_int_equal(e.intra_pairs, 1);
     assert_int_equal(e.recv_streams, 1);
     assert_true(e.intra_sendbuf == 65536 && e.intra_send_ns == 0.1 && e.intra_recv_ns == 0.2);
@@ -558,18 +565,10 @@ static void test_fabric_bucket(void **state)
     chorus_fabric_t *f, *g;
     chorus_sim_args_t a;
     chorus_sim_result_t r1, r2;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem;
     int nb = 0;
 
     (void)state;
-    assert_int_equal(chorus__fab_desc_parse(tbf, "test", &d), CHORUS_SUCCESS);
-    mem = open_memstream(&buf, &len);
-    assert_int_equal(chorus__fab_desc_write(&d, mem), 0);
-    fclose(mem);
-    assert_int_equal(chorus__fab_desc_parse(buf, "written", &e), CHORUS_SUCCESS);
-    free(buf);
+    round_trip(tbf, &d, &e);
     assert_true(e.nic_burst == 81920 && e.nic_peak_gbps == 10);
     assert_int_equal(chorus__fabric_build(&e, &g), CHORUS_SUCCESS);
     for (int l = 0; l < chorus__fabric_nlinks(g); l++) {
