@@ -183,7 +183,11 @@ static uint64_t path_hash(const int32_t *links, int n)
 {
     uint64_t h = 1469598103934665603ull ^ (uint64_t)n;
     for (int i = 0; i < n; i++) h = (h ^ (uint32_t)links[i]) * 1099511628211ull;
-    return h;
+    /* FNV's low bits depend only on the inputs' low bits, and the table is indexed by its
+     * low bits: paths that differ in high link numbers would share a chain. Mix them down. */
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    return h ^ (h >> 33);
 }
 
 static void mark_link_dirty(chorus_flownet_t *n, int32_t l)

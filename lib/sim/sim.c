@@ -1,9 +1,9 @@
 /*
  * The replay of every rank's schedule on a fabric (sim.h says what is modelled).
  *
- * Schedules are built with lib/algo exactly as a communicator builds them, then kept in a
- * compact form: per step its kind, its peer relative to the rank ((peer - rank) mod n),
- * its bytes, its successors, how many steps it waits for, and, for a SEND or RECV, its
+ * Schedules are built with lib/algo exactly as a communicator builds them (sim_build.c),
+ * then kept in a compact form: per step its kind, its peer relative to the rank
+ * ((peer - rank) mod n), its bytes, its successors, how many steps it waits for, and, for a SEND or RECV, its
  * ordinal among the rank's messages to or from that relative peer. Ranks whose compact
  * schedules are equal share one ("classes"); what a run changes (dependencies left, a
  * RECV posted or its data arrived) lives in per-rank arrays of 5 bytes per step.
@@ -26,12 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void sim_mem(sim_t *s, long delta)
-{
-    s->mem = (size_t)((long)s->mem + delta);
-    if (s->mem > s->mem_peak) s->mem_peak = s->mem;
-}
-
 double chorus__sim_bus_factor(chorus_coll_t coll, int n)
 {
     switch (coll) {
@@ -43,160 +37,6 @@ double chorus__sim_bus_factor(chorus_coll_t coll, int n)
     case CHORUS_COLL_REDUCE: return 1;
     default: return 0;
     }
-}
-
-/* ---- Classes ---- */
-
-static void class_free(sim_class_t *c)
-{
-    if (c == NULL) return;
-    free(c->kind);
-    free(c->relpeer);
-    free(c->bytes);
-    free(c->ndeps);
-    free(c->succ_begin);
-    free(c->succ);
-    free(c->ordinal);
-    for (int d = 0; d < 2; d++) {
-        free(c->msg_step[d]);
-        free(c->slot_peer[d]);
-        free(c->slot_begin[d]);
-    }
-    free(c);
-}
-
-static size_t class_bytes(const sim_class_t *c, uint64_t nsucc)
-{
-    return c->nsteps * (sizeof *c->kind + sizeof *c->relpeer + sizeof *c->bytes +
-                        sizeof *c->ndeps + sizeof *c->succ_begin + sizeof *c->ordinal) +
-           nsucc * sizeof *c->succ +
-           (c->nmsg[0] + c->nmsg[1]) * (sizeof(uint32_t) + sizeof(int32_t) + sizeof(uint32_t)) +
-           sizeof *c;
-}
-
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    return h;
-}
-
-static int class_equal(const sim_class_t *x, const sim_class_t *y)
-{
-    uint32_t n = x->nsteps;
-    if (x->hash != y->hash || n != y->nsteps) return 0;
-    return memcmp(x->kind, y->kind, n * sizeof *x->kind) == 0 &&
-           memcmp(x->relpeer, y->relpeer, n * sizeof *x->relpeer) == 0 &&
-           memcmp(x->bytes, y->bytes, n * sizeof *x->bytes) == 0 &&
-           memcmp(x->ndeps, y->ndeps, n * sizeof *x->ndeps) == 0 &&
-           memcmp(x->succ_begin, y->succ_begin, (n + 1) * sizeof *x->succ_begin) == 0 &&
-           memcmp(x->succ, y->succ, x->succ_begin[n] * sizeof *x->succ) == 0;
-}
-
-static int cmp_msg(const void *p, const void *q, void *arg);
-
-/* The compact form of rank r's schedule s. */
-static sim_class_t *class_make(const chorus_sched_t *s, int r, int n, size_t esize,
-                               uint32_t *counter /* 2n zeros, left zeroed */)
-{
-    sim_class_t *c = calloc(1, sizeof *c);
-    uint32_t ns = s->nsteps, nsucc = 0;
-    uint64_t h = ns;
-
-    if (c == NULL) return NULL;
-    for (uint32_t i = 0; i < ns; i++) nsucc += s->steps[i].nsucc;
-    c->nsteps = ns;
-    c->kind = malloc(ns + 1);
-    c->relpeer = malloc((ns + 1) * sizeof *c->relpeer);
-    c->bytes = malloc((ns + 1) * sizeof *c->bytes);
-    c->ndeps = malloc((ns + 1) * sizeof *c->ndeps);
-    c->succ_begin = malloc((ns + 1) * sizeof *c->succ_begin);
-    c->succ = malloc(((size_t)nsucc + 1) * sizeof *c->succ);
-    c->ordinal = malloc((ns + 1) * sizeof *c->ordinal);
-    if (!c->kind || !c->relpeer || !c->bytes || !c->ndeps || !c->succ_begin || !c->succ ||
-        !c->ordinal)
-        goto fail;
-    nsucc = 0;
-    for (uint32_t i = 0; i < ns; i++) {
-        const chorus_step_t *st = &s->steps[i];
-        int msg = st->kind == CHORUS_STEP_SEND || st->kind == CHORUS_STEP_RECV;
-        c->kind[i] = st->kind;
-        c->relpeer[i] = msg ? (st->peer - r + n) % n : 0;
-        c->bytes[i] = st->count * esize;
-        c->ndeps[i] = st->ndeps;
-        c->succ_begin[i] = nsucc;
-        for (uint32_t k = 0; k < st->nsucc; k++) c->succ[nsucc++] = s->succ[st->succ_begin + k];
-        c->ordinal[i] = 0;
-        if (msg) {
-            /* Sends and receives counted apart, per relative peer. */
-            c->ordinal[i] = counter[2 * c->relpeer[i] + (st->kind == CHORUS_STEP_RECV)]++;
-            c->nmsg[st->kind == CHORUS_STEP_RECV]++;
-        }
-        h = mix(h, st->kind);
-        h = mix(h, (uint64_t)c->relpeer[i]);
-        h = mix(h, c->bytes[i]);
-        h = mix(h, st->ndeps);
-        h = mix(h, st->nsucc);
-    }
-    c->succ_begin[ns] = nsucc;
-    for (uint32_t i = 0; i < nsucc; i++) h = mix(h, c->succ[i]);
-    c->hash = h;
-    for (uint32_t i = 0; i < ns; i++)
-        if (c->kind[i] == CHORUS_STEP_SEND || c->kind[i] == CHORUS_STEP_RECV)
-            counter[2 * c->relpeer[i]] = counter[2 * c->relpeer[i] + 1] = 0;
-    /* The message index, per direction. */
-    for (int d = 0; d < 2; d++) {
-        const uint8_t kind = d ? CHORUS_STEP_RECV : CHORUS_STEP_SEND;
-        uint32_t k = 0;
-        c->msg_step[d] = malloc(((size_t)c->nmsg[d] + 1) * sizeof *c->msg_step[d]);
-        c->slot_peer[d] = malloc(((size_t)c->nmsg[d] + 1) * sizeof *c->slot_peer[d]);
-        c->slot_begin[d] = malloc(((size_t)c->nmsg[d] + 2) * sizeof *c->slot_begin[d]);
-        if (!c->msg_step[d] || !c->slot_peer[d] || !c->slot_begin[d]) goto fail;
-        for (uint32_t i = 0; i < ns; i++)
-            if (c->kind[i] == kind) c->msg_step[d][k++] = i;
-        qsort_r(c->msg_step[d], c->nmsg[d], sizeof *c->msg_step[d], cmp_msg, c);
-        for (uint32_t j = 0; j < c->nmsg[d]; j++) {
-            int32_t rp = c->relpeer[c->msg_step[d][j]];
-            if (c->nslots[d] == 0 || c->slot_peer[d][c->nslots[d] - 1] != rp) {
-                c->slot_peer[d][c->nslots[d]] = rp;
-                c->slot_begin[d][c->nslots[d]++] = j;
-            }
-        }
-        c->slot_begin[d][c->nslots[d]] = c->nmsg[d];
-    }
-    return c;
-fail:
-    class_free(c);
-    return NULL;
-}
-
-static int cmp_msg(const void *p, const void *q, void *arg)
-{
-    const sim_class_t *c = arg;
-    uint32_t a = *(const uint32_t *)p, b = *(const uint32_t *)q;
-    if (c->relpeer[a] != c->relpeer[b]) return c->relpeer[a] < c->relpeer[b] ? -1 : 1;
-    return c->ordinal[a] < c->ordinal[b] ? -1 : c->ordinal[a] > c->ordinal[b];
-}
-
-/* The slot of relative peer rp in direction d of class c, or UINT32_MAX. */
-static uint32_t class_slot(const sim_class_t *c, int d, int32_t rp)
-{
-    uint32_t lo = 0, hi = c->nslots[d];
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (c->slot_peer[d][mid] < rp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < c->nslots[d] && c->slot_peer[d][lo] == rp ? lo : UINT32_MAX;
-}
-
-/* The message of class c in direction d with relative peer rp and ordinal k, or
- * UINT32_MAX. */
-static uint32_t class_msg(const sim_class_t *c, int d, int32_t rp, uint32_t k)
-{
-    uint32_t slot = class_slot(c, d, rp);
-    if (slot == UINT32_MAX || c->slot_begin[d][slot] + k >= c->slot_begin[d][slot + 1])
-        return UINT32_MAX;
-    return c->msg_step[d][c->slot_begin[d][slot] + k];
 }
 
 /* ---- Events ---- */
@@ -312,116 +152,6 @@ static chorus_status_t sim_counts(const chorus_sim_args_t *a, int n, size_t esiz
     }
 }
 
-/* The arguments a communicator would build every rank's schedule from (rank 0's here). */
-static void sim_coll_args(const sim_t *s, uint64_t count, chorus_coll_args_t *ca)
-{
-    int nhosts = 0;
-
-    for (int r = 0; r < s->n; r++)
-        if (s->host[r] + 1 > nhosts) nhosts = s->host[r] + 1;
-    memset(ca, 0, sizeof *ca);
-    ca->coll = s->a->coll;
-    ca->nranks = s->n;
-    ca->count = count;
-    ca->root = s->a->root;
-    ca->chunk_count = s->a->chunk_bytes / s->esize;
-    ca->host_of = s->host;
-    ca->nhosts = nhosts;
-}
-
-static chorus_status_t sim_build(sim_t *s, uint64_t count)
-{
-    const chorus_sim_args_t *a = s->a;
-    chorus_coll_args_t ca;
-    uint32_t *counter = calloc(2 * (size_t)s->n, sizeof *counter);
-    chorus_status_t st = CHORUS_SUCCESS;
-    uint64_t total = 0;
-
-    if (counter == NULL) {
-        st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %d ranks", s->n);
-        goto out;
-    }
-    sim_coll_args(s, count, &ca);
-    for (int r = 0; r < s->n; r++) {
-        chorus_sched_t sched;
-        sim_class_t *c;
-        int found = -1;
-
-        ca.rank = r;
-        chorus__sched_init(&sched, r, s->n);
-        st = chorus__algo_build(a->algo, &ca, &sched);
-        if (st != CHORUS_SUCCESS) {
-            chorus__sched_fini(&sched);
-            goto out;
-        }
-        c = class_make(&sched, r, s->n, s->esize, counter);
-        chorus__sched_fini(&sched);
-        if (c == NULL) {
-            st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for rank %d's schedule", r);
-            goto out;
-        }
-        /* The newest classes first: neighbours tend to share. */
-        for (int k = s->nclasses - 1; k >= 0 && k >= s->nclasses - 64; k--)
-            if (class_equal(s->classes[k], c)) {
-                found = k;
-                break;
-            }
-        if (found >= 0) {
-            class_free(c);
-        } else {
-            if (s->nclasses == s->capclasses) {
-                int cap = s->capclasses ? 2 * s->capclasses : 16;
-                sim_class_t **v = realloc(s->classes, (size_t)cap * sizeof *v);
-                if (v == NULL) {
-                    class_free(c);
-                    st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for schedules");
-                    goto out;
-                }
-                s->classes = v;
-                s->capclasses = cap;
-            }
-            sim_mem(s, (long)class_bytes(c, c->succ_begin[c->nsteps]));
-            found = s->nclasses;
-            s->classes[s->nclasses++] = c;
-        }
-        s->cls[r] = found;
-        total += s->classes[found]->nsteps;
-        if (s->classes[found]->nsteps > s->maxsteps) s->maxsteps = s->classes[found]->nsteps;
-    }
-    s->steps = total;
-    s->slots = (uint64_t)s->maxsteps * (uint64_t)s->n;
-    {
-        uint64_t slots = 0;
-        for (int r = 0; r < s->n; r++) {
-            const sim_class_t *c = s->classes[s->cls[r]];
-            s->pbase[r] = slots;
-            slots += c->nslots[0] + c->nslots[1];
-        }
-        s->post_next = calloc(slots + 1, sizeof *s->post_next);
-        if (s->post_next == NULL) {
-            st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %llu peers",
-                               (unsigned long long)slots);
-            goto out;
-        }
-        sim_mem(s, (long)(slots * sizeof *s->post_next));
-    }
-    s->deps_left = malloc((s->slots + 1) * sizeof *s->deps_left);
-    s->flags = calloc(s->slots + 1, 1);
-    if (s->deps_left == NULL || s->flags == NULL) {
-        st = chorus__error(CHORUS_ERR_NO_MEMORY, "sim: no memory for %llu steps",
-                           (unsigned long long)total);
-        goto out;
-    }
-    sim_mem(s, (long)(s->slots * (sizeof *s->deps_left + 1)));
-    for (int r = 0; r < s->n; r++) {
-        const sim_class_t *c = s->classes[s->cls[r]];
-        for (uint32_t i = 0; i < c->nsteps; i++) s->deps_left[sim_g(s, (uint32_t)r, i)] = c->ndeps[i];
-    }
-out:
-    free(counter);
-    return st;
-}
-
 /* 1 when rank r's message step i goes to or comes from another host. */
 static int sim_inter(const sim_t *s, const sim_class_t *c, int r, uint32_t i)
 {
@@ -457,8 +187,8 @@ uint64_t chorus__sim_recv_source(const sim_t *s, uint32_t r, uint32_t i)
 {
     const sim_class_t *c = s->classes[s->cls[r]];
     uint32_t a = (uint32_t)((r + (uint32_t)c->relpeer[i]) % (uint32_t)s->n);
-    uint32_t k = class_msg(s->classes[s->cls[a]], 0, (int32_t)((r + s->n - a) % (uint32_t)s->n),
-                           c->ordinal[i]);
+    uint32_t k = chorus__sim_class_msg(s->classes[s->cls[a]], 0,
+                                       (int32_t)((r + s->n - a) % (uint32_t)s->n), c->ordinal[i]);
     return k == UINT32_MAX ? SIM_NONE : sim_g(s, a, k);
 }
 
@@ -581,7 +311,8 @@ static chorus_status_t sim_match(const sim_t *s, uint32_t a, const sim_class_t *
 {
     uint32_t b = (uint32_t)((a + (uint32_t)ca->relpeer[i]) % (uint32_t)s->n);
     const sim_class_t *cb = s->classes[s->cls[b]];
-    uint32_t j = class_msg(cb, 1, (int32_t)((a + s->n - b) % (uint32_t)s->n), ca->ordinal[i]);
+    uint32_t j = chorus__sim_class_msg(cb, 1, (int32_t)((a + s->n - b) % (uint32_t)s->n),
+                                       ca->ordinal[i]);
 
     if (j == UINT32_MAX || cb->bytes[j] != ca->bytes[i])
         return chorus__error(CHORUS_ERR_INTERNAL, "sim: rank %u's send #%u to rank %u has no "
@@ -649,7 +380,7 @@ static chorus_status_t sim_post_one(sim_t *s, const sim_class_t *c, uint32_t r, 
 static chorus_status_t sim_post(sim_t *s, const sim_class_t *c, uint32_t r, uint32_t i, double t)
 {
     const int d = c->kind[i] == CHORUS_STEP_RECV;
-    const uint32_t slot = class_slot(c, d, c->relpeer[i]);
+    const uint32_t slot = chorus__sim_class_slot(c, d, c->relpeer[i]);
     const uint32_t *order = c->msg_step[d] + c->slot_begin[d][slot];
     const uint32_t count = c->slot_begin[d][slot + 1] - c->slot_begin[d][slot];
     uint32_t *next = &s->post_next[s->pbase[r] + (d ? c->nslots[0] : 0) + slot];
@@ -805,7 +536,7 @@ static chorus_status_t sim_links(sim_t *s, chorus_sim_result_t *res)
 
 static void sim_free(sim_t *s)
 {
-    for (int k = 0; k < s->nclasses; k++) class_free(s->classes[k]);
+    for (int k = 0; k < s->nclasses; k++) chorus__sim_class_free(s->classes[k]);
     free(s->classes);
     free(s->cls);
     free(s->deps_left);
@@ -925,7 +656,7 @@ chorus_status_t chorus__sim_run(chorus_fabric_t *fab, const chorus_sim_args_t *a
         goto out;
     }
     sim_mem(&s, (long)((size_t)s.n * (sizeof *s.cls + sizeof *s.pbase + sizeof *s.cpu_free)));
-    st = sim_build(&s, count);
+    st = chorus__sim_build(&s, count);
     if (st == CHORUS_SUCCESS && a->record) st = chorus__sim_record_alloc(&s);
     if (st != CHORUS_SUCCESS) goto out;
     t1 = chorus__now_ns();
@@ -1036,7 +767,7 @@ static chorus_status_t sim_rank0(chorus_fabric_t *fab, const chorus_sim_args_t *
     st = sim_counts(a, s->n, s->esize, count_p);
     if (st == CHORUS_SUCCESS) st = sim_setup(s, *count_p);
     if (st != CHORUS_SUCCESS) return st;
-    sim_coll_args(s, *count_p, &ca);
+    chorus__sim_coll_args(s, *count_p, &ca);
     ca.rank = 0;
     return chorus__algo_build(a->algo, &ca, sched);
 }

@@ -40,6 +40,8 @@ typedef struct {
     int top_links;        /* how many of the busiest links to report (0: none) */
     int record;           /* keep every step's times: the critical path (and a trace) */
     const char *trace;    /* with record: write the run here as a trace (trace_json.h) */
+    int build_threads;    /* threads that build the schedules (0: one a core from 256 ranks
+                           * on); the run is the same whatever the number */
 } chorus_sim_args_t;
 
 /* The critical path: the chain of steps, back from the last to finish, each held back by

@@ -1,10 +1,11 @@
 /*
- * What sim.c and sim_record.c share: the compact schedules, the run's state and, when a
- * run records (chorus_sim_args_t.record), every step's times and what held it back.
+ * What sim.c, sim_build.c and sim_record.c share: the compact schedules, the run's state
+ * and, when a run records (chorus_sim_args_t.record), every step's times and what held it back.
  */
 #ifndef CHORUS_SIM_SIM_INT_H
 #define CHORUS_SIM_SIM_INT_H
 
+#include "algo/algo.h"
 #include "sim/flow.h"
 #include "sim/sim.h"
 
@@ -155,6 +156,22 @@ static inline uint32_t sim_g_step(const sim_t *s, uint64_t g)
 {
     return (uint32_t)(g / (uint64_t)s->n);
 }
+
+static inline void sim_mem(sim_t *s, long delta)
+{
+    s->mem = (size_t)((long)s->mem + delta);
+    if (s->mem > s->mem_peak) s->mem_peak = s->mem;
+}
+
+/* sim_build.c: every rank's schedule into classes, and the run's per-step arrays. */
+chorus_status_t chorus__sim_build(sim_t *s, uint64_t count);
+/* The arguments a communicator would build every rank's schedule from (rank 0's). */
+void chorus__sim_coll_args(const sim_t *s, uint64_t count, chorus_coll_args_t *ca);
+void chorus__sim_class_free(sim_class_t *c);
+/* The slot of relative peer rp in direction d of class c, or UINT32_MAX. */
+uint32_t chorus__sim_class_slot(const sim_class_t *c, int d, int32_t rp);
+/* The message of class c in direction d with relative peer rp and ordinal k, or UINT32_MAX. */
+uint32_t chorus__sim_class_msg(const sim_class_t *c, int d, int32_t rp, uint32_t k);
 
 /* CPU time of step i of rank r's class c. */
 double chorus__sim_cpu(const sim_t *s, const sim_class_t *c, int r, uint32_t i);

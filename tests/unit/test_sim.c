@@ -400,6 +400,44 @@ static void test_sim_critical_path(void **state)
     }
 }
 
+/* The schedules of 512 ranks built on 1, 2 or 3 threads give the same run, to the bit,
+ * for an algorithm whose ranks share one schedule (ring) and one with many (tree). */
+static void test_sim_build_threads(void **state)
+{
+    chorus_fabric_t *f = build("{\"hosts\": 64, \"ranks_per_host\": 8, \"intra\": {\"gbps\": "
+                               "800, \"lat_us\": 1}, \"nic\": {\"gbps\": 100, \"lat_us\": 3}}");
+    const chorus_algo_t algos[] = {CHORUS_ALGO_RING, CHORUS_ALGO_TREE};
+
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        chorus_sim_result_t one;
+        for (int t = 1; t <= 3; t++) {
+            chorus_sim_args_t a;
+            chorus_sim_result_t r;
+            memset(&a, 0, sizeof a);
+            a.coll = CHORUS_COLL_ALLREDUCE;
+            a.algo = algos[k];
+            a.bytes = 4 << 20;
+            a.dtype = CHORUS_FLOAT32;
+            a.nranks = 512;
+            a.build_threads = t;
+            assert_int_equal(chorus__sim_run(f, &a, &r), CHORUS_SUCCESS);
+            free(r.links);
+            if (t == 1) {
+                one = r;
+                assert_true(r.time_s > 0 && r.steps > 0);
+                continue;
+            }
+            if (r.time_s != one.time_s || r.steps != one.steps || r.events != one.events ||
+                r.messages != one.messages)
+                fail_msg("%s on %d threads: %.17g s, %llu events; on one: %.17g s, %llu events",
+                         chorus__algo_name(a.algo), t, r.time_s, (unsigned long long)r.events,
+                         one.time_s, (unsigned long long)one.events);
+        }
+    }
+    chorus__fabric_free(f);
+}
+
 /* A description from a chorus-fabric report: the NIC rate is the median of the hosts' rates
  * in the concurrent round, a host under 90% of it gets an override with its ratio, the
  * latency goes to two NIC links after the software cost, tcp brings socket buffers; a report
@@ -618,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_sim_stream_order),
         cmocka_unit_test(test_sim_eager_sends),
         cmocka_unit_test(test_sim_critical_path),
+        cmocka_unit_test(test_sim_build_threads),
         cmocka_unit_test(test_sim_streaming_receive),
         cmocka_unit_test(test_fabric_cpu_keys_and_placement),
         cmocka_unit_test(test_fabric_bucket),
