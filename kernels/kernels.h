@@ -34,6 +34,31 @@ chorus_status_t chorus_kernel_reduce(void *dst, const void *a, const void *b, si
 chorus_status_t chorus_kernel_reduce_multi(void *dst, const void *const *src, int nsrc,
                                            size_t count, chorus_dtype_t dtype, chorus_op_t op);
 
+/* Most sources of chorus_kernel_reduce_exact. Its accumulator (exact_sum.h) adds less than
+ * 2^32 to an int64 limb per source and carries only at the end, so 2^31 sources fit without
+ * overflow; this limit keeps a factor 2 below that and is still far above any rank count. */
+#define CHORUS_EXACT_MAX_SRC (1 << 30)
+
+/* dst[i] = (src[0][i] + src[1][i] + ... + src[nsrc-1][i]) / divisor, computed exactly and
+ * rounded once to nearest-even: the bytes do not depend on the order of the sources or on
+ * how they were grouped. dtype: CHORUS_FLOAT16, CHORUS_BFLOAT16, CHORUS_FLOAT32,
+ * CHORUS_FLOAT64 (anything else: CHORUS_ERR_INVALID_ARGUMENT). divisor >= 1 (1: the sum;
+ * nranks: the average, rounded once). 1 <= nsrc <= CHORUS_EXACT_MAX_SRC.
+ *
+ * The result is the exact real sum of the inputs, divided exactly by divisor, rounded to
+ * nearest-even in dtype, subnormals included; a result beyond the largest finite value
+ * rounds to +-inf as IEEE round-to-nearest does (at or past the largest finite value plus
+ * half an ulp). Specials: any NaN input, or +inf and -inf both present, give the type's
+ * canonical quiet NaN (positive: 0x7e00 fp16, 0x7fc0 bf16, 0x7fc00000 float32,
+ * 0x7ff8000000000000 float64), whatever the payloads, so that the bytes stay order
+ * independent; otherwise an infinity gives that infinity. Zeros: an exact zero sum is -0 only
+ * when every input is -0 (IEEE's sum of -0s), else +0 (exact cancellation gives +0 under
+ * round-to-nearest); a nonzero sum whose quotient rounds to zero keeps its sign, as IEEE
+ * division would. The result does not depend on the floating-point environment (rounding
+ * mode, flush-to-zero). dst may alias src[0] exactly (same pointer); no other overlap. */
+chorus_status_t chorus_kernel_reduce_exact(void *dst, const void *const *src, int nsrc,
+                                           size_t count, chorus_dtype_t dtype, uint64_t divisor);
+
 /* buf[i] = buf[i] / divisor for i < count (the end of AVG). divisor >= 1. */
 chorus_status_t chorus_kernel_divide(void *buf, size_t count, chorus_dtype_t dtype,
                                      uint64_t divisor);

@@ -1,8 +1,9 @@
 /*
  * The CUDA kernels of the GPU plugin (lib/gpu/gpu.h): fused reduction of 1..16 sources into
- * one destination, division (the end of AVG), and a one-thread spin wait. The element
- * operations live in reduce_cuda_ops.h, where a host unit test checks them against the CPU
- * kernels; this file only moves data.
+ * one destination, division (the end of AVG), the exactly rounded sum (kernels.h's
+ * chorus_kernel_reduce_exact), and a one-thread spin wait. The element operations live in
+ * reduce_cuda_ops.h and exact_sum.h, where host unit tests (test_cuda_ops.c,
+ * test_reduce_exact.c) check them against the CPU kernels; this file only moves data.
  *
  * Instantiation. One reduce kernel per dtype x op (40) and one divide kernel per dtype
  * (10), the number of sources a run-time loop: a template per source count would multiply
@@ -24,6 +25,7 @@
  * nvcc contracts a * b + c into FMA by default, but no step here has that shape.
  */
 #include "chorus.h"
+#include "exact_sum.h"
 #include "reduce_cuda_ops.h"
 
 #include <atomic>
@@ -168,6 +170,37 @@ __global__ void __launch_bounds__(THREADS) divide_kernel(void *buf_, size_t coun
         buf[i] = D::apply(buf[i], d);
 }
 
+/* The exact sum (chorus__cu_reduce_exact): one element per thread through a grid-stride loop,
+ * all of it in exact_sum.h. E::apply is chorus__exact_elem_<format>: it reads element i of
+ * every source before the thread writes dst[i], so dst may be src[0]. */
+#define DEFINE_EXACT(name, Ty)                                                                     \
+    struct exact_##name {                                                                          \
+        typedef Ty T;                                                                              \
+        static __device__ __forceinline__ T apply(const void *const *s, int n, size_t i,           \
+                                                  uint64_t d)                                      \
+        {                                                                                          \
+            return chorus__exact_elem_##name(s, n, i, d);                                          \
+        }                                                                                          \
+    };
+DEFINE_EXACT(f16, uint16_t)
+DEFINE_EXACT(bf16, uint16_t)
+DEFINE_EXACT(f32, uint32_t)
+DEFINE_EXACT(f64, uint64_t)
+#undef DEFINE_EXACT
+
+template <class E>
+__global__ void __launch_bounds__(THREADS)
+    exact_kernel(void *dst_, const __grid_constant__ srcs_t src, int nsrc, size_t count,
+                 uint64_t d)
+{
+    typedef typename E::T T;
+    const size_t nthr = (size_t)gridDim.x * blockDim.x;
+    T *dst = (T *)dst_;
+
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += nthr)
+        dst[i] = E::apply(src.p, nsrc, i, d);
+}
+
 /* The same test as cuStreamWaitValue64(CU_STREAM_WAIT_VALUE_GEQ), which tolerates a
  * counter that wraps. The sleep keeps the poll from hammering the PCIe link. */
 __global__ void spin_kernel(volatile uint64_t *flag, uint64_t value)
@@ -239,6 +272,22 @@ template <class D> cudaError_t launch_divide(void *buf, size_t count, uint64_t d
     return cudaGetLastError();
 }
 
+template <class E>
+cudaError_t launch_exact(void *dst, const void *const *src, int nsrc, size_t count, uint64_t d,
+                         cudaStream_t stream)
+{
+    unsigned blocks;
+    srcs_t s = {};
+    cudaError_t e = grid_for(count, &blocks);
+
+    if (e != cudaSuccess) return e;
+    for (int k = 0; k < nsrc; k++)
+        s.p[k] = src[k];
+    (void)cudaGetLastError();
+    exact_kernel<E><<<blocks, THREADS, 0, stream>>>(dst, s, nsrc, count, d);
+    return cudaGetLastError();
+}
+
 } // namespace
 
 extern "C" int chorus__cu_reduce(void *dst, const void *const *src, int nsrc, size_t count,
@@ -295,6 +344,22 @@ extern "C" int chorus__cu_divide(void *buf, size_t count, int dtype, uint64_t di
 #undef X_CASE
 }
 
+extern "C" int chorus__cu_reduce_exact(void *dst, const void *const *src, int nsrc,
+                                       size_t count, int dtype, uint64_t divisor, void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+
+    if (nsrc < 1 || nsrc > CHORUS_CU_MAX_SRC || divisor == 0) return (int)cudaErrorInvalidValue;
+    if (count == 0) return (int)cudaSuccess;
+    switch (dtype) {
+    case CHORUS_FLOAT16: return (int)launch_exact<exact_f16>(dst, src, nsrc, count, divisor, st);
+    case CHORUS_BFLOAT16: return (int)launch_exact<exact_bf16>(dst, src, nsrc, count, divisor, st);
+    case CHORUS_FLOAT32: return (int)launch_exact<exact_f32>(dst, src, nsrc, count, divisor, st);
+    case CHORUS_FLOAT64: return (int)launch_exact<exact_f64>(dst, src, nsrc, count, divisor, st);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
 /* Loads every kernel of this file on the current device now. With lazy loading (the
  * default since CUDA 12.2) a kernel's first launch loads it, and loading may synchronise
  * the context (CUDA Programming Guide, "Lazy Loading"): if that first launch comes from the
@@ -319,6 +384,10 @@ extern "C" int chorus__cu_preload(void)
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, (const void *)divide_kernel<div_##name>);
     CU_TYPES(X_LOAD)
 #undef X_LOAD
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, (const void *)exact_kernel<exact_f16>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, (const void *)exact_kernel<exact_bf16>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, (const void *)exact_kernel<exact_f32>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, (const void *)exact_kernel<exact_f64>);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, (const void *)spin_kernel);
     if (e != cudaSuccess) (void)cudaGetLastError();
     return (int)e;

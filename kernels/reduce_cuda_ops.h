@@ -216,6 +216,16 @@ int chorus__cu_divide(void *buf, size_t count, int dtype, uint64_t divisor, void
  * cuStreamWaitValue64(CU_STREAM_WAIT_VALUE_GEQ); flag is a device address of mapped pinned
  * host memory. For devices without 64-bit stream memory operations. */
 int chorus__cu_spin_wait(volatile uint64_t *flag, uint64_t value, void *stream);
+/* chorus_kernel_reduce_exact (kernels.h) on the device: dst[i] = (src[0][i] + ... +
+ * src[nsrc-1][i]) / divisor, exact and rounded once, one thread per element running the
+ * element code of exact_sum.h (whose host test is tests/unit/test_reduce_exact.c), so the
+ * bytes are the CPU kernel's. dtype: CHORUS_FLOAT16, CHORUS_BFLOAT16, CHORUS_FLOAT32 or
+ * CHORUS_FLOAT64; divisor >= 1; 1 <= nsrc <= CHORUS_CU_MAX_SRC; dst may be src[0]. Else
+ * cudaErrorInvalidValue. Each element costs a few limbs of integer work (in local memory)
+ * per source and a long division when divisor > 1, so expect it slower than
+ * chorus__cu_reduce; its speed on a device has not been measured yet. */
+int chorus__cu_reduce_exact(void *dst, const void *const *src, int nsrc, size_t count, int dtype,
+                            uint64_t divisor, void *stream);
 /* Loads every kernel above on the current device (they load lazily otherwise); returns the
  * cudaError_t. stream_wait_flag calls it once per device before the first wait it enqueues,
  * as a first launch while a stream waits for the proxy could deadlock. */
