@@ -179,6 +179,34 @@ chorus_status_t chorus_comm_destroy(chorus_comm_t comm);
  * for seconds that are negative, not a number, or above 1e9. */
 chorus_status_t chorus_comm_set_timeout(chorus_comm_t comm, double seconds);
 
+/* ---- Reproducible reductions ----
+ * A floating-point sum depends on the order of its additions. By default Chorus reduces in
+ * whatever order is fastest, so the bits of a result may change with the algorithm, the
+ * chunk size, the transport or the timing (never between the ranks of one call: every rank
+ * gets the same bytes). A reproducible communicator fixes that for allreduce,
+ * reduce_scatter and reduce on CHORUS_FLOAT16, CHORUS_BFLOAT16, CHORUS_FLOAT32 and
+ * CHORUS_FLOAT64, on host and device buffers, blocking or not; integer reductions are
+ * exact at every level.
+ *   CHORUS_REPRO_NONE (0): the default.
+ *   CHORUS_REPRO_ORDER (1): every element is reduced in rank order, ((x0 op x1) op x2) ...,
+ *     each step rounded as a two-operand reduction is: the bytes depend on the values and
+ *     the rank count only, whatever algorithm, chunk size, transport or path runs the call.
+ *   CHORUS_REPRO_EXACT (2): SUM and AVG return the exact sum (for AVG, the exact sum
+ *     divided by the rank count) rounded once to nearest-even: the bytes depend only on the
+ *     multiset of the inputs, not on the rank count or the order. PROD, MIN and MAX run as
+ *     at level 1.
+ * The price: the reduction is a direct exchange (each rank sends every other rank the part
+ * it owns), or the shared arena on one host; the chosen algorithm (CHORUS_ALGO) then runs
+ * the other collectives only. docs/reproducible.md has the measured cost.
+ * The default is CHORUS_REPRODUCIBLE (0, 1 or 2) as read when the communicator was created
+ * (chorus_comm_init fails with CHORUS_ERR_INVALID_ARGUMENT for another value). Every rank
+ * must use the same level for a call; set it between calls. */
+#define CHORUS_REPRO_NONE 0
+#define CHORUS_REPRO_ORDER 1
+#define CHORUS_REPRO_EXACT 2
+chorus_status_t chorus_comm_set_reproducible(chorus_comm_t comm, int level);
+chorus_status_t chorus_comm_get_reproducible(chorus_comm_t comm, int *level_p);
+
 /* Marks the communicator as failed and unblocks every call waiting on it, which return
  * CHORUS_ERR_ABORTED. May be called from any thread. The communicator must still be
  * destroyed. */

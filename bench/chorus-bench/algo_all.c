@@ -14,6 +14,10 @@
  * end, the tuner's pick against the fastest forced variant (bench_print_picks). calibrate
  * then records each size's fastest forced variant with chorus_tune_record, which later
  * communicators of the same shape follow.
+ *
+ * --reproducible uses the same rounds with other variants: the default ("auto") and one
+ * communicator per requested reproducibility level (chorus_comm_set_reproducible), each
+ * level's median shown with its ratio to the default's.
  */
 #include "bench.h"
 #include "util/config.h"
@@ -31,6 +35,7 @@ static const size_t calibrate_chunks[] = {128u << 10, 512u << 10, 2u << 20};
 typedef struct {
     const char *algo;  /* bench_algo_names entry; "auto": the library chooses */
     size_t chunk;      /* CHORUS_CHUNK_SIZE of the comm; 0: left as it was */
+    int level;         /* --reproducible: the comm's level (0: the default) */
     chorus_comm_t comm;
     int active;        /* this size: the algorithm runs it (no fallback to another) */
     row_t rounds[MAX_ROUNDS];
@@ -64,6 +69,24 @@ static char *dup_env(const char *name)
 {
     const char *v = getenv(name);
     return v != NULL ? strdup(v) : NULL;
+}
+
+/* --reproducible: the default and each requested level, on split communicators. */
+static void make_levels(bench_t *b, algo_all_t *a)
+{
+    a->n = 0;
+    for (int level = 0; level <= CHORUS_REPRO_EXACT; level++) {
+        variant_t *v = &a->v[a->n];
+        chorus_status_t status;
+        if (level > 0 && !(b->opt.repro_levels & (1 << level))) continue;
+        memset(v, 0, sizeof *v);
+        v->algo = "auto";
+        v->level = level;
+        status = chorus_comm_split(b->world, 0, b->rank, &v->comm);
+        if (status == CHORUS_SUCCESS) status = chorus_comm_set_reproducible(v->comm, level);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_comm_split", 0);
+        a->n++;
+    }
 }
 
 /* One communicator per variant, split from b->world with the variant's settings; the
@@ -157,7 +180,10 @@ static void print_size(const bench_t *b, const algo_all_t *a, const test_t *t, c
         char name[48], chunk[24];
         if (!v->active) continue;
         m = median_round(v, b->opt.rounds);
-        if (strcmp(v->algo, "auto") == 0)
+        if (v->level > 0)
+            snprintf(name, sizeof name, "level %d (%.2fx)", v->level,
+                     m->time_us / median_round(&a->v[0], b->opt.rounds)->time_us);
+        else if (strcmp(v->algo, "auto") == 0)
             snprintf(name, sizeof name, "auto = %s", m->algo);
         else
             snprintf(name, sizeof name, "%s", v->algo);
@@ -268,8 +294,9 @@ void bench_run_algo_all(bench_t *b)
     if (a == NULL) bench_fail(b, CHORUS_ERR_NO_MEMORY, "allocation", 0);
     if (b->opt.rounds > MAX_ROUNDS) b->opt.rounds = MAX_ROUNDS;
     snprintf(b->res.meta.algo_requested, sizeof(b->res.meta.algo_requested), "%s",
-             b->opt.calibrate ? "calibrate" : "all");
-    make_variants(b, a);
+             b->opt.calibrate ? "calibrate" : b->opt.repro_levels ? "reproducible" : "all");
+    if (b->opt.repro_levels) make_levels(b, a);
+    else make_variants(b, a);
     for (int coll = first; coll <= last; coll++) {
         test_t t = {(coll_t)coll, b->opt.dtype, b->opt.op, b->opt.root, b->rank, b->nranks};
         /* Point-to-point exchanges have no algorithm to choose. */
@@ -283,7 +310,7 @@ void bench_run_algo_all(bench_t *b)
         }
         if (b->opt.calibrate) record_best(b, a, &t);
     }
-    bench_print_picks(b);
+    if (!b->opt.repro_levels) bench_print_picks(b); /* the tuner's pick: not compared here */
     for (int i = 0; i < a->n; i++) chorus_comm_destroy(a->v[i].comm);
     free(a);
 }

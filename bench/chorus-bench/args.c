@@ -24,6 +24,7 @@ enum {
     OPT_LAT_MAX,
     OPT_ROUNDS,
     OPT_BACKEND,
+    OPT_REPRO,
 };
 
 static const char *const coll_names[COLL_COUNT] = {
@@ -97,6 +98,11 @@ void bench_usage(FILE *out)
         "                           the model's predicted time and the tuner's pick\n"
         "      --rounds N           --algo all and calibrate: rounds per size, the median\n"
         "                           is kept (1 to 15, default 3)\n"
+        "      --reproducible L     1, 2 or all: the default against reproducible level 1\n"
+        "                           (order-fixed) and/or 2 (exact sum), each on a split\n"
+        "                           communicator, timed in interleaved rounds per size as\n"
+        "                           --algo all does, with each level's time over the\n"
+        "                           default's\n"
         "      --transport TP       auto, shm or tcp: sets CHORUS_TRANSPORT before init\n"
         "      --backend B          chorus (default) or nccl: the same sizes, checks and\n"
         "                           columns through NCCL (libnccl.so.2, loaded at run time;\n"
@@ -249,6 +255,7 @@ static const struct option long_options[] = {
     {"time-per-size", required_argument, NULL, OPT_TIME_PER_SIZE},
     {"lat-max", required_argument, NULL, OPT_LAT_MAX},
     {"rounds", required_argument, NULL, OPT_ROUNDS},
+    {"reproducible", required_argument, NULL, OPT_REPRO},
     {"json", required_argument, NULL, OPT_JSON},
     {"csv", required_argument, NULL, OPT_CSV},
     {"plot", required_argument, NULL, OPT_PLOT},
@@ -294,6 +301,14 @@ static int apply_option(int c, const char *arg, options_t *opt, int *factor_p)
     case OPT_TIME_PER_SIZE: return parse_seconds(arg, &opt->time_per_size);
     case OPT_LAT_MAX: return bench_parse_size(arg, &opt->lat_max);
     case OPT_ROUNDS: return parse_int(arg, 1, 15, &opt->rounds);
+    case OPT_REPRO:
+        /* A set of levels: bit L for level L. */
+        if (strcmp(arg, "all") == 0) opt->repro_levels = 6;
+        else if (strcmp(arg, "1") == 0) opt->repro_levels = 2;
+        else if (strcmp(arg, "2") == 0) opt->repro_levels = 4;
+        else return -1;
+        opt->algo_all = 1;
+        return 0;
     case OPT_JSON: opt->json_path = arg; return 0;
     case OPT_CSV: opt->csv_path = arg; return 0;
     case OPT_PLOT: opt->plot_prefix = arg; return 0;

@@ -69,6 +69,8 @@ typedef struct {
     int algo_all;          /* --algo all: every algorithm, each on a split communicator */
     int rounds;            /* --algo all and calibrate: interleaved rounds per size */
     int calibrate;         /* chorus-bench calibrate: also chunk sizes, and record the best */
+    int repro_levels;      /* --reproducible: bit L set to time level L against the default
+                            * (the algo_all.c machinery, with levels for algorithms) */
     const char *transport; /* NULL: leave CHORUS_TRANSPORT as it is */
     const char *json_path, *csv_path, *plot_prefix;
     int device;        /* -G: buffers in device memory, calls on one stream */

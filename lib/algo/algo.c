@@ -20,6 +20,7 @@ static const char *const algo_names[CHORUS_NUM_ALGOS] = {
     [CHORUS_ALGO_SWING] = "swing",
     [CHORUS_ALGO_HIER] = "hier",
     [CHORUS_ALGO_ARENA] = "arena",
+    [CHORUS_ALGO_DIRECT] = "direct",
 };
 
 static const char *const coll_names[CHORUS_NUM_COLLS] = {
@@ -82,6 +83,9 @@ int chorus__algo_supports(chorus_algo_t algo, chorus_coll_t coll)
         return coll == CHORUS_COLL_ALLREDUCE;
     case CHORUS_ALGO_HIER:
         return coll == CHORUS_COLL_ALLREDUCE;
+    case CHORUS_ALGO_DIRECT:
+        return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_REDUCE_SCATTER ||
+               coll == CHORUS_COLL_REDUCE;
     /* The arena is not a schedule builder; lib/arena says what it runs. */
     case CHORUS_ALGO_ARENA:
         return 0;
@@ -135,6 +139,8 @@ chorus_status_t chorus__algo_build(chorus_algo_t algo, const chorus_coll_args_t 
         return chorus__algo_swing(args, s);
     case CHORUS_ALGO_HIER:
         return chorus__algo_hier(args, s);
+    case CHORUS_ALGO_DIRECT:
+        return chorus__algo_direct(args, s);
     default:
         return chorus__error(CHORUS_ERR_INTERNAL, "rank %d: no builder for algorithm %d",
                              args->rank, (int)algo);

@@ -21,6 +21,8 @@ typedef enum {
     CHORUS_ALGO_HIER,          /* allreduce: intra-host RS, inter-host AR per slice, intra AG */
     CHORUS_ALGO_ARENA,         /* single-host collectives through a shared arena (lib/arena);
                                 * not a schedule: lib/core runs it directly */
+    CHORUS_ALGO_DIRECT,        /* allreduce, reduce_scatter, reduce reduced in one fixed order
+                                * (direct exchange): reproducible communicators; never tuned */
     CHORUS_NUM_ALGOS
 } chorus_algo_t;
 
@@ -78,6 +80,7 @@ chorus_status_t chorus__algo_tree(const chorus_coll_args_t *args, chorus_sched_t
 chorus_status_t chorus__algo_rd(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_pairwise(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_dissemination(const chorus_coll_args_t *args, chorus_sched_t *s);
+chorus_status_t chorus__algo_direct(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_rabenseifner(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_bruck(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_swing(const chorus_coll_args_t *args, chorus_sched_t *s);

@@ -124,6 +124,28 @@ void chorus__sched_copy(chorus_sched_t *s, chorus_ref_t dst, chorus_ref_t src, u
     step->count = count;
 }
 
+void chorus__sched_reduce_n(chorus_sched_t *s, chorus_ref_t dst, chorus_ref_t src,
+                            uint32_t nsrc, uint64_t stride, uint64_t count)
+{
+    chorus_step_t *step;
+
+    if (count == 0) return;
+    if (nsrc == 0 || (nsrc > 1 && stride < count)) {
+        if (s->status == CHORUS_SUCCESS)
+            s->status = chorus__error(CHORUS_ERR_INTERNAL, "rank %d: a reduce of %u sources "
+                                      "%llu apart, %llu elements each", s->rank, nsrc,
+                                      (unsigned long long)stride, (unsigned long long)count);
+        return;
+    }
+    step = sched_add(s, CHORUS_STEP_REDUCE_N);
+    if (step == NULL) return;
+    step->dst = dst;
+    step->src = src;
+    step->nsrc = nsrc;
+    step->stride = stride;
+    step->count = count;
+}
+
 uint64_t chorus__sched_scratch(chorus_sched_t *s, uint64_t count)
 {
     uint64_t off = s->scratch_count;
@@ -372,6 +394,12 @@ static void dep_analyse(dep_ctx_t *c, const chorus_sched_t *s)
             dep_access(c, st->src, st->count, 0, i);
             dep_access(c, st->dst, st->count, 1, i);
             break;
+        case CHORUS_STEP_REDUCE_N:
+            /* The sources' span, gaps included: direct.c keeps a chunk's sources
+             * together, so the gaps hold nothing else. */
+            dep_access(c, st->src, (uint64_t)(st->nsrc - 1) * st->stride + st->count, 0, i);
+            dep_access(c, st->dst, st->count, 1, i);
+            break;
         default:
             break;
         }
@@ -474,6 +502,13 @@ void chorus__sched_dump(const chorus_sched_t *s, void *file)
             dump_ref(f, st->src, st->count);
             fprintf(f, " op ");
             dump_ref(f, st->src2, st->count);
+            break;
+        case CHORUS_STEP_REDUCE_N:
+            fprintf(f, "REDUCE ");
+            dump_ref(f, st->dst, st->count);
+            fprintf(f, " = %u sources ", st->nsrc);
+            dump_ref(f, st->src, st->count);
+            fprintf(f, " every %" PRIu64, st->stride);
             break;
         case CHORUS_STEP_COPY:
             fprintf(f, "COPY   ");

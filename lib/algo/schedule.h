@@ -55,6 +55,11 @@ typedef enum {
     CHORUS_STEP_RECV = 1,   /* receive count elements from peer into dst */
     CHORUS_STEP_REDUCE = 2, /* dst = src op src2, elementwise (op: the collective's) */
     CHORUS_STEP_COPY = 3,   /* dst = src */
+    /* dst = the nsrc sources src, src + stride, ..., reduced elementwise in that order
+     * (the collective's op, folded left to right as chorus_kernel_reduce_multi does), or
+     * summed exactly when the execution asks for it (chorus_exec_t.exact_divisor): the
+     * one reduction of reproducible communicators (direct.c). */
+    CHORUS_STEP_REDUCE_N = 4,
 } chorus_step_kind_t;
 
 typedef struct {
@@ -64,6 +69,8 @@ typedef struct {
     chorus_ref_t dst; /* RECV, REDUCE, COPY */
     chorus_ref_t src; /* SEND, REDUCE, COPY */
     chorus_ref_t src2; /* REDUCE */
+    uint32_t nsrc;     /* REDUCE_N: sources, stride elements apart from src */
+    uint64_t stride;
     uint32_t ndeps;      /* how many earlier steps must complete first */
     uint32_t succ_begin; /* successors: sched->succ[succ_begin .. succ_begin + nsucc) */
     uint32_t nsucc;
@@ -104,6 +111,10 @@ void chorus__sched_recv(chorus_sched_t *s, int peer, chorus_ref_t dst, uint64_t 
 void chorus__sched_reduce(chorus_sched_t *s, chorus_ref_t dst, chorus_ref_t src,
                           chorus_ref_t src2, uint64_t count);
 void chorus__sched_copy(chorus_sched_t *s, chorus_ref_t dst, chorus_ref_t src, uint64_t count);
+/* dst = the nsrc (>= 1) regions of count elements at src, src + stride, ... reduced in that
+ * order. The sources must not overlap dst. */
+void chorus__sched_reduce_n(chorus_sched_t *s, chorus_ref_t dst, chorus_ref_t src,
+                            uint32_t nsrc, uint64_t stride, uint64_t count);
 /* Reserves count elements of fresh scratch; returns the offset. */
 uint64_t chorus__sched_scratch(chorus_sched_t *s, uint64_t count);
 /* Computes dependencies and successor lists. Returns s->status. */

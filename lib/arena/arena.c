@@ -38,6 +38,14 @@
 #include <stdio.h>
 #include <string.h>
 
+chorus_status_t arena__reduce(const chorus_arena_t *a, void *dst, size_t count,
+                              chorus_dtype_t dtype, chorus_op_t op)
+{
+    if (a->exact_divisor > 0)
+        return chorus_kernel_reduce_exact(dst, a->srcs, a->n, count, dtype, a->exact_divisor);
+    return chorus_kernel_reduce_multi(dst, a->srcs, a->n, count, dtype, op);
+}
+
 /* What one staged allreduce works on. */
 typedef struct {
     const uint8_t *send;
@@ -178,7 +186,7 @@ static chorus_status_t arena_flat(chorus_arena_t *a, const void *sendbuf, void *
     /* My own vector from sendbuf (already in my cache), unless recvbuf is sendbuf and not
      * the first source: the kernel lets dst alias only src[0]. */
     if (sendbuf != recvbuf || a->me == 0) a->srcs[a->me] = sendbuf;
-    status = chorus_kernel_reduce_multi(recvbuf, a->srcs, a->n, count, dtype, op);
+    status = arena__reduce(a, recvbuf, count, dtype, op);
     if (status != CHORUS_SUCCESS)
         return arena__fail(a, chorus__error(status, "rank %d: arena: %s: reduce failed",
                                             a->rank, what));
@@ -239,8 +247,8 @@ static chorus_status_t arena_stage_reduce(chorus_arena_t *a, const arena_job_t *
     if (len > 0) {
         for (int r = 0; r < a->n; r++) a->srcs[r] = arena_slot(a, r, g) + off * j->esize;
         a->srcs[a->me] = j->send + (co + off) * j->esize;
-        status = chorus_kernel_reduce_multi(a->res + (size_t)(g & 1) * a->chunk + off * j->esize,
-                                            a->srcs, a->n, len, j->dtype, j->op);
+        status = arena__reduce(a, a->res + (size_t)(g & 1) * a->chunk + off * j->esize, len,
+                               j->dtype, j->op);
         if (status != CHORUS_SUCCESS)
             return arena__fail(a, chorus__error(status, "rank %d: arena: %s: reduce failed",
                                                 a->rank, j->what));

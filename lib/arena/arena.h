@@ -49,6 +49,11 @@ void chorus__arena_destroy(chorus_arena_t *arena);
 /* The deadline of later waits (chorus_comm_set_timeout); 0: none. */
 void chorus__arena_set_timeout(chorus_arena_t *arena, double timeout_s);
 
+/* How the next reductions combine their sources: 0 folds them with the call's op in rank
+ * order (chorus_kernel_reduce_multi), d >= 1 sums them exactly and divides by d
+ * (chorus_kernel_reduce_exact; reproducible level 2). Set before every reducing call. */
+void chorus__arena_set_exact(chorus_arena_t *arena, uint64_t divisor);
+
 /* Nonzero if the arena implements coll. */
 int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll);
 

@@ -167,8 +167,7 @@ static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_
             a->srcs[r] = move_slot(a, m, r, i) + move_slot_off(m, m->parts > 1 ? me : 0);
         if (!m->own_in_slot)
             a->srcs[me] = m->send + (m->parts > 1 ? move_buf_off(m, me, off) : off * m->esize);
-        status = chorus_kernel_reduce_multi(m->recv + off * m->esize, a->srcs, a->n, len,
-                                            m->dtype, m->op);
+        status = arena__reduce(a, m->recv + off * m->esize, len, m->dtype, m->op);
         if (status != CHORUS_SUCCESS)
             return arena__fail(a, chorus__error(status, "rank %d: arena: %s: reduce failed",
                                                 a->rank, m->what));

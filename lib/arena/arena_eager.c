@@ -162,7 +162,7 @@ chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *
         memcpy(own, sendbuf, bytes);
         a->srcs[root] = own;
     }
-    status = chorus_kernel_reduce_multi(recvbuf, a->srcs, a->n, count, dtype, op);
+    status = arena__reduce(a, recvbuf, count, dtype, op);
     if (status != CHORUS_SUCCESS)
         return arena__fail(a, chorus__error(status, "rank %d: arena: %s: reduce failed", a->rank,
                                             what));

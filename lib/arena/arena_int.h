@@ -139,6 +139,7 @@ struct chorus_arena {
     uint32_t *pids;   /* pid of each local index (from the bootstrap exchange) */
     uint8_t *pid_check; /* nonzero when that pid lives in our pid namespace */
     const void **srcs;  /* n source pointers for the reduce kernel (no allocation per call) */
+    uint64_t exact_divisor; /* chorus__arena_set_exact: 0 folds, else exact sum / it */
     uint64_t step;      /* my last published step */
     uint64_t opno;      /* operations run */
     uint64_t gchunk;    /* staged chunks run, all operations together (slot parity) */
@@ -159,6 +160,12 @@ struct chorus_arena {
     void *tmp;          /* a private copy for in-place alltoall on the single-copy path */
     size_t tmp_cap;
 };
+
+/* dst = the n sources reduced in local rank order (which is comm rank order: the arena
+ * serves one-host comms): folded with op, or summed exactly when the call asked for it
+ * (chorus__arena_set_exact). The one reduction of every arena collective. */
+chorus_status_t arena__reduce(const chorus_arena_t *a, void *dst, size_t count,
+                              chorus_dtype_t dtype, chorus_op_t op);
 
 /* ---- arena_seg.c ---- */
 

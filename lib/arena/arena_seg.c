@@ -454,3 +454,8 @@ void chorus__arena_set_timeout(chorus_arena_t *arena, double timeout_s)
 {
     arena->timeout_s = timeout_s;
 }
+
+void chorus__arena_set_exact(chorus_arena_t *arena, uint64_t divisor)
+{
+    arena->exact_divisor = divisor;
+}

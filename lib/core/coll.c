@@ -122,13 +122,38 @@ static chorus_status_t coll_bind(chorus_comm_t comm, const chorus_coll_call_t *c
     return CHORUS_SUCCESS;
 }
 
-/* AVG's division at the end of a reduction (nothing to do for other ops). */
+int chorus__coll_repro(chorus_comm_t comm, const chorus_coll_call_t *call)
+{
+    if (comm->repro == CHORUS_REPRO_NONE) return 0;
+    if (call->coll != CHORUS_COLL_ALLREDUCE && call->coll != CHORUS_COLL_REDUCE_SCATTER &&
+        call->coll != CHORUS_COLL_REDUCE)
+        return 0;
+    /* Integer reductions wrap or select: exact in any order. */
+    switch (call->dtype) {
+    case CHORUS_FLOAT16:
+    case CHORUS_BFLOAT16:
+    case CHORUS_FLOAT32:
+    case CHORUS_FLOAT64: return comm->repro;
+    default: return 0;
+    }
+}
+
+uint64_t chorus__coll_exact_divisor(chorus_comm_t comm, const chorus_coll_call_t *call)
+{
+    if (chorus__coll_repro(comm, call) != CHORUS_REPRO_EXACT) return 0;
+    if (call->op == CHORUS_AVG) return (uint64_t)comm->nranks;
+    return call->op == CHORUS_SUM ? 1 : 0;
+}
+
+/* AVG's division at the end of a reduction (nothing to do for other ops, nor for an exact
+ * average, whose reduction divided before rounding). */
 static chorus_status_t coll_finish_avg(chorus_comm_t comm, const chorus_coll_call_t *call,
                                        const char *what)
 {
     chorus_status_t status;
 
-    if (call->op != CHORUS_AVG) return CHORUS_SUCCESS;
+    if (call->op != CHORUS_AVG || chorus__coll_exact_divisor(comm, call) > 0)
+        return CHORUS_SUCCESS;
     if (call->coll == CHORUS_COLL_REDUCE && comm->rank != call->root) return CHORUS_SUCCESS;
     status = chorus_kernel_divide(call->recvbuf, call->count, call->dtype,
                                   (uint64_t)comm->nranks);
@@ -146,6 +171,7 @@ static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call
     chorus_arena_t *arena = comm->arena;
     chorus_status_t status;
 
+    chorus__arena_set_exact(arena, chorus__coll_exact_divisor(comm, call));
     switch (call->coll) {
     case CHORUS_COLL_ALLREDUCE:
         status = chorus__arena_allreduce(arena, call->sendbuf, call->recvbuf, call->count,
@@ -258,6 +284,11 @@ static chorus_status_t coll_run_body(chorus_comm_t comm, const chorus_coll_call_
      * One host too: there the order groups NUMA nodes, so the ring crosses sockets twice. */
     args.ring_order = comm->ring_order;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
+    /* A reproducible reduction runs in the one order the arena and the direct schedule
+     * share (direct.c), whatever was chosen. */
+    if (chorus__coll_repro(comm, call) > 0 && algo != CHORUS_ALGO_ARENA)
+        algo = CHORUS_ALGO_DIRECT;
+    comm->exec.exact_divisor = chorus__coll_exact_divisor(comm, call);
     if (comm->trace != NULL) {
         comm->trace_algo = chorus__algo_name(algo);
         snprintf(comm->trace_what, sizeof comm->trace_what, "%s", what);

@@ -680,6 +680,7 @@ chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
 {
     chorus_comm_t comm;
     chorus_status_t status;
+    int64_t repro;
 
     chorus__error_clear();
     if (comm_p == NULL)
@@ -694,9 +695,15 @@ chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "chorus_comm_init: rank %d out of range for %d ranks", rank, nranks);
     chorus__log_set_rank(rank);
+    repro = chorus__config_int("CHORUS_REPRODUCIBLE", 0);
+    if (repro < 0 || repro > 2)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: chorus_comm_init: CHORUS_REPRODUCIBLE=%lld is not 0, 1 "
+                             "or 2", rank, (long long)repro);
 
     comm = calloc(1, sizeof *comm);
     if (comm == NULL) goto err_nomem;
+    comm->repro = (int)repro;
     pthread_mutex_init(&comm->err_lock, NULL);
     atomic_init(&comm->abort_flag, 0);
     atomic_init(&comm->async_error, 0);
@@ -819,6 +826,33 @@ chorus_status_t chorus_comm_set_timeout(chorus_comm_t comm, double seconds)
     chorus__comm_quiesce(comm);
     comm->timeout_s = seconds;
     if (comm->arena != NULL) chorus__arena_set_timeout(comm->arena, seconds);
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_set_reproducible(chorus_comm_t comm, int level)
+{
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "chorus_comm_set_reproducible: comm is NULL");
+    if (level < CHORUS_REPRO_NONE || level > CHORUS_REPRO_EXACT)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: chorus_comm_set_reproducible: level %d is not 0, 1 or 2",
+                             comm->rank, level);
+    /* Device calls queued earlier run with the level they were called under. */
+    chorus__comm_quiesce(comm);
+    comm->repro = level;
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_get_reproducible(chorus_comm_t comm, int *level_p)
+{
+    chorus__error_clear();
+    if (comm == NULL || level_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "chorus_comm_get_reproducible: %s is NULL",
+                             comm == NULL ? "comm" : "level_p");
+    *level_p = comm->repro;
     return CHORUS_SUCCESS;
 }
 

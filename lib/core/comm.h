@@ -56,6 +56,8 @@ struct chorus_comm {
     uint64_t chunk_bytes;      /* CHORUS_CHUNK_SIZE, read once at creation */
     int chunk_forced;          /* CHORUS_CHUNK_SIZE was set: the tuner does not choose it */
     int check_calls;           /* CHORUS_CHECK_CALLS: schedules exchange call signatures */
+    int repro;                 /* reproducible floating-point reductions: 0, 1 order-fixed,
+                                * 2 exact (chorus_comm_set_reproducible, CHORUS_REPRODUCIBLE) */
     chorus_bootstrap_t *bs;
 
     /* Topology: host index of every rank (numbered by first appearance), and this host's
@@ -232,6 +234,13 @@ void chorus__coll_release(chorus_comm_t comm);
 /* Runs a validated host-memory call with count > 0 as coll_entry does, without counting it
  * (the caller did): what names it in messages ("allreduce #12"), or NULL to number it
  * here. The staging path of device collectives runs each segment through it. */
+/* The reproducibility level that governs a call (chorus.h): the comm's for a floating-point
+ * allreduce, reduce_scatter or reduce, 0 for anything else. */
+int chorus__coll_repro(chorus_comm_t comm, const chorus_coll_call_t *call);
+/* Nonzero when the call's reduction is an exact sum (level 2, SUM or AVG): then the divisor
+ * applied to it, the rank count for AVG, else 1. */
+uint64_t chorus__coll_exact_divisor(chorus_comm_t comm, const chorus_coll_call_t *call);
+
 chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *call,
                                  const char *what);
 

@@ -527,6 +527,29 @@ static chorus_status_t complete(chorus_exec_t *x, uint32_t i)
     return CHORUS_SUCCESS;
 }
 
+/* A REDUCE_N step: its sources, stride apart, folded or summed exactly (exact_divisor). */
+static chorus_status_t engine_reduce_n(chorus_exec_t *x, const chorus_step_t *st)
+{
+    const char *base = ref_ptr(x, st->src);
+    const void **src;
+
+    if (st->nsrc > x->cap_srcs) {
+        const void **v = realloc((void *)x->srcs, st->nsrc * sizeof *v);
+        if (v == NULL)
+            return chorus__error(CHORUS_ERR_NO_MEMORY, "%s: no memory for %u sources", x->what,
+                                 st->nsrc);
+        x->srcs = v;
+        x->cap_srcs = st->nsrc;
+    }
+    src = x->srcs;
+    for (uint32_t k = 0; k < st->nsrc; k++) src[k] = base + k * st->stride * x->elem_size;
+    if (x->exact_divisor > 0)
+        return chorus_kernel_reduce_exact(ref_ptr(x, st->dst), src, (int)st->nsrc, st->count,
+                                          x->dtype, x->exact_divisor);
+    return chorus_kernel_reduce_multi(ref_ptr(x, st->dst), src, (int)st->nsrc, st->count,
+                                      x->dtype, x->op);
+}
+
 static chorus_status_t run_local(chorus_exec_t *x, uint32_t i)
 {
     const chorus_step_t *st = &x->sched->steps[i];
@@ -538,6 +561,8 @@ static chorus_status_t run_local(chorus_exec_t *x, uint32_t i)
     if (x->trace != NULL) t0 = chorus__now_ns();
     if (st->kind == CHORUS_STEP_COPY) {
         chorus_kernel_copy(ref_ptr(x, st->dst), ref_ptr(x, st->src), bytes);
+    } else if (st->kind == CHORUS_STEP_REDUCE_N) {
+        status = engine_reduce_n(x, st);
     } else {
         status = chorus_kernel_reduce(ref_ptr(x, st->dst), ref_ptr(x, st->src),
                                       ref_ptr(x, st->src2), st->count, x->dtype, x->op);
@@ -846,6 +871,7 @@ void chorus__exec_fini(chorus_exec_t *x)
     free(x->peer_next);
     free(x->posted_ok);
     free(x->reqs);
+    free((void *)x->srcs);
     free(x->sig_rx);
     free(x->sig_reqs);
     free(x->sig_state);

@@ -72,6 +72,10 @@ typedef struct chorus_exec {
     const chorus_peer_tp_t *tps;   /* distinct transports to progress */
     int ntps;
     const char *what; /* "allreduce #12", for messages */
+    /* REDUCE_N steps: 0 folds the sources with op (chorus_kernel_reduce_multi); d >= 1 sums
+     * them exactly and divides by d, rounding once (chorus_kernel_reduce_exact: level 2 of
+     * reproducible communicators). Set by the caller, kept across executions. */
+    uint64_t exact_divisor;
 
     /* State (private to engine.c). */
     uint32_t *deps_left;
@@ -85,6 +89,8 @@ typedef struct chorus_exec {
     uint32_t *peer_next;   /* 2 * nranks cursors: next position to post */
     uint8_t *posted_ok;    /* per step: deps done, waiting for its turn on the peer */
     chorus_tp_req_t *reqs; /* per step */
+    const void **srcs;     /* a REDUCE_N step's sources */
+    uint32_t cap_srcs;
     uint32_t cap_steps;
     int cap_ranks;
     uint32_t ndone;

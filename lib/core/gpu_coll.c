@@ -203,7 +203,11 @@ static chorus_status_t gpu_run_coll(chorus_gpu_comm_t *g, const chorus_coll_call
     if (!g->path_chosen)
         return chorus__error(CHORUS_ERR_INTERNAL, "rank %d: %s: no device path was chosen",
                              comm->rank, what);
-    if (g->path == GPU_PATH_STAGING) return chorus__gpu_staging_coll(g, call, what);
+    /* An exact sum (reproducible level 2) is the host kernel's: the staged path runs it.
+     * Level 1 stays on CUDA IPC, whose kernel folds the ranks' buffers in rank order as the
+     * host does (ipc_arena.c). */
+    if (g->path == GPU_PATH_STAGING || chorus__coll_exact_divisor(comm, call) > 0)
+        return chorus__gpu_staging_coll(g, call, what);
     status = chorus__ipc_arena_run(g->ipc, call->coll, call->sendbuf, call->recvbuf, call->count,
                                    call->dtype, call->op, call->root, comm->exec.coll_seq, what);
     if (status != CHORUS_SUCCESS) return chorus__error_context(status, "rank %d", comm->rank);

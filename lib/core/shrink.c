@@ -789,6 +789,7 @@ chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_co
         CHORUS_INFO("shrink", "rank %d: shrunk to %d ranks (%d lost) in %.1f ms, epoch %u", s.me,
                     s.n - nlost, nlost, (double)(chorus__now_ns() - t0) / 1e6, s.epoch);
     }
+    newcomm->repro = comm->repro; /* the survivors' results stay reproducible */
     *newcomm_p = newcomm;
     status = CHORUS_SUCCESS;
 out:

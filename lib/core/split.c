@@ -159,6 +159,8 @@ chorus_status_t chorus_comm_split(chorus_comm_t comm, int color, int key, chorus
             chorus__error_context(status, "rank %d: comm_split: color %d", comm->rank, color);
             goto out;
         }
+        /* A part of a reproducible job stays reproducible. */
+        newcomm->repro = comm->repro;
     }
     *newcomm_p = newcomm;
 out:

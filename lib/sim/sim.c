@@ -176,6 +176,7 @@ double chorus__sim_cpu(const sim_t *s, const sim_class_t *c, int r, uint32_t i)
         if (s->stretch[r] > 1) t += s->wait_s;
         break;
     case CHORUS_STEP_REDUCE:
+    case CHORUS_STEP_REDUCE_N: /* its bytes count every source but one (sim_build.c) */
         t = s->step_s + b * s->cache * sim_reduce_scale(s->a->dtype) / s->reduce_Bps;
         break;
     case CHORUS_STEP_COPY: t = s->step_s + b * s->cache / s->copy_Bps; break;
@@ -832,7 +833,8 @@ chorus_status_t chorus__sim_lockstep(chorus_fabric_t *fab, const chorus_sim_args
     }
     for (uint32_t i = 0; i < sched.nsteps; i++) {
         const chorus_step_t *sp = &sched.steps[i];
-        const double b = (double)sp->count * (double)s.esize, stretch = s.stretch[0];
+        const double stretch = s.stretch[0];
+        double b = (double)sp->count * (double)s.esize;
         const int msg = sp->kind == CHORUS_STEP_SEND || sp->kind == CHORUS_STEP_RECV;
         const int inter = msg && s.host[0] != s.host[sp->peer];
         double cost = 0, t = ready[i] > cpu ? ready[i] : cpu, fin;
@@ -875,6 +877,8 @@ chorus_status_t chorus__sim_lockstep(chorus_fabric_t *fab, const chorus_sim_args
             break;
         }
         case CHORUS_STEP_REDUCE:
+        case CHORUS_STEP_REDUCE_N:
+            if (sp->kind == CHORUS_STEP_REDUCE_N && sp->nsrc > 2) b *= sp->nsrc - 1;
             cost = s.step_s + b * s.cache * sim_reduce_scale(a->dtype) / s.reduce_Bps;
             fin = cpu = t + cost * stretch;
             break;

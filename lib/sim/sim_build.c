@@ -100,7 +100,9 @@ static sim_class_t *class_make(const chorus_sched_t *s, int r, int n, size_t esi
         int msg = st->kind == CHORUS_STEP_SEND || st->kind == CHORUS_STEP_RECV;
         c->kind[i] = st->kind;
         c->relpeer[i] = msg ? (st->peer - r + n) % n : 0;
-        c->bytes[i] = st->count * esize;
+        /* A reduce of n sources costs n - 1 pairwise ones. */
+        c->bytes[i] = st->count * esize *
+                      (st->kind == CHORUS_STEP_REDUCE_N && st->nsrc > 2 ? st->nsrc - 1 : 1);
         c->ndeps[i] = st->ndeps;
         c->succ_begin[i] = nsucc;
         for (uint32_t k = 0; k < st->nsucc; k++)

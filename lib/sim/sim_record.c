@@ -211,7 +211,7 @@ static void trace_rank(const sim_t *s, chorus_tjson_t *w, int r, span_t *spans, 
             spans[nspan++].t1 = s->r_cpu[g] + cpu;
             break;
         default:
-            e.kind = c->kind[i] == CHORUS_STEP_REDUCE ? CHORUS_TEV_REDUCE : CHORUS_TEV_COPY;
+            e.kind = c->kind[i] == CHORUS_STEP_COPY ? CHORUS_TEV_COPY : CHORUS_TEV_REDUCE;
             e.t0_us = s->r_cpu[g] * 1e6;
             e.t1_us = s->r_end[g] * 1e6;
             spans[nspan].t0 = s->r_cpu[g];

@@ -323,6 +323,8 @@ static chorus_tune_choice_t tune_evaluate(chorus_tune_t *tune, chorus_coll_t col
     line[0] = '\0';
     for (int a = CHORUS_ALGO_AUTO + 1; a < CHORUS_NUM_ALGOS; a++) {
         double a_best = -1.0;
+        /* The order-fixed schedule serves reproducible calls, which do not ask the tuner. */
+        if (a == CHORUS_ALGO_DIRECT) continue;
         uint64_t a_chunk = 0;
         for (size_t c = 0; c < (chunk_arg ? 1 : TUNE_NCHUNKS); c++) {
             uint64_t chunk = chunk_arg ? chunk_arg : tune_chunks[c];

@@ -38,6 +38,9 @@ static const chorus_config_entry_t config_table[] = {
      "seconds any blocking wait may last before CHORUS_ERR_TIMEOUT (0: no deadline)"},
     /* Algorithms and transports. */
     {"CHORUS_ALGO", CHORUS_CFG_STRING, "auto", "force an algorithm: auto, ring, tree or rd"},
+    {"CHORUS_REPRODUCIBLE", CHORUS_CFG_INT, "0",
+     "floating-point reductions: 0 fastest order, 1 one fixed order (rank order), 2 SUM and "
+     "AVG exactly rounded (chorus_comm_set_reproducible)"},
     {"CHORUS_TRANSPORT", CHORUS_CFG_STRING, "auto",
      "force a transport for all peers: auto (shm same host, tcp otherwise), shm or tcp"},
     {"CHORUS_CHUNK_SIZE", CHORUS_CFG_SIZE, "512K", "pipeline chunk size of the algorithms"},

@@ -9,7 +9,9 @@ _allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, reduce, alltoa
 alltoall_base (with and without split sizes), send, recv and barrier on CPU tensors of
 float32/64, float16, bfloat16, int8/uint8/int32/int64, every call asynchronous (the Work's
 wait(), is_completed() and get_future()). Errors raise RuntimeError carrying Chorus's
-message (rank, peer, operation). The C++ side is python/csrc/process_group_chorus.cpp.
+message (rank, peer, operation). Options(reproducible=1|2) as pg_options makes a group's
+floating-point reductions reproducible (class Options below). The C++ side is
+python/csrc/process_group_chorus.cpp.
 """
 
 import torch.distributed as _dist
@@ -25,11 +27,38 @@ except ImportError as e:  # built without torch, or against another torch
 BACKEND = "chorus"
 
 
-def _create(store, rank, size, timeout):
-    return _torch_ext.create_process_group(store, rank, size, timeout)
+class Options:
+    """Options of a chorus process group, passed as pg_options:
+
+        torch.distributed.init_process_group("chorus", pg_options=Options(reproducible=2))
+        torch.distributed.new_group(backend="chorus", pg_options=Options(reproducible=1))
+
+    reproducible: 0, 1 (every floating-point reduction in one fixed order: the same bits
+    whatever the algorithm or transport) or 2 (SUM and AVG exactly rounded: the same bits
+    on any number of ranks); None keeps CHORUS_REPRODUCIBLE (chorus.h,
+    chorus_comm_set_reproducible)."""
+
+    def __init__(self, reproducible=None):
+        if reproducible not in (None, 0, 1, 2):
+            raise ValueError(f"chorus.torch.Options: reproducible={reproducible!r} is not "
+                             "None, 0, 1 or 2")
+        self.reproducible = reproducible
+
+
+def _create(opts, pg_options):
+    level = -1
+    if pg_options is not None:
+        if not isinstance(pg_options, Options):
+            raise TypeError("the chorus backend takes chorus.torch.Options as pg_options, not "
+                            f"{type(pg_options).__name__}")
+        if pg_options.reproducible is not None:
+            level = pg_options.reproducible
+    return _torch_ext.create_process_group(opts.store, opts.group_rank, opts.group_size,
+                                           opts.timeout, level)
 
 
 if BACKEND.upper() not in _dist.Backend._plugins:
-    _dist.Backend.register_backend(BACKEND, _create)
+    # The extended API hands the creator the pg_options of init_process_group / new_group.
+    _dist.Backend.register_backend(BACKEND, _create, extended_api=True)
 
 build_info = _torch_ext.build_info

@@ -213,7 +213,7 @@ class ChorusWork : public c10d::Work {
 class ProcessGroupChorus : public c10d::ProcessGroup {
  public:
   ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                     std::chrono::milliseconds timeout)
+                     std::chrono::milliseconds timeout, int reproducible)
       : c10d::ProcessGroup(rank, size) {
     chorus_unique_id_t id;
     const std::string key = "chorus/unique_id";
@@ -231,6 +231,8 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     }
     check(chorus_comm_init(&comm_, size, &id, rank));
     if (timeout.count() > 0) check(chorus_comm_set_timeout(comm_, timeout.count() / 1000.0));
+    // -1: the communicator's own (CHORUS_REPRODUCIBLE).
+    if (reproducible >= 0) check(chorus_comm_set_reproducible(comm_, reproducible));
     thread_ = std::thread([this] { completion_loop(); });
   }
 
@@ -248,9 +250,10 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   static c10::intrusive_ptr<c10d::ProcessGroup> create(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-      const std::chrono::duration<float>& timeout) {
+      const std::chrono::duration<float>& timeout, int reproducible) {
     return c10::make_intrusive<ProcessGroupChorus>(
-        store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+        store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+        reproducible);
   }
 
   // ---- collectives ----
@@ -580,7 +583,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<chorus_torch::ProcessGroupChorus, c10d::ProcessGroup,
              c10::intrusive_ptr<chorus_torch::ProcessGroupChorus>>(m, "ProcessGroupChorus");
   m.def("create_process_group", &chorus_torch::ProcessGroupChorus::create, py::arg("store"),
-        py::arg("rank"), py::arg("size"), py::arg("timeout"),
+        py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("reproducible") = -1,
         py::call_guard<py::gil_scoped_release>(),
         "Makes a Chorus process group (torch.distributed calls it through the registered "
         "backend).");

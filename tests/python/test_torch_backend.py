@@ -246,6 +246,59 @@ if n > 1:
     dist.all_reduce(y, group=g3)
     check(torch.equal(y, torch.full((3,), float(sum(range(n))))), "a second chorus group")
 
+# Reproducible groups (chorus.torch.Options): level 2 gives the correctly rounded sum, computed
+# here with exact fractions; level 1 the rank-order fold, done here in float32 steps.
+def f32_round(q):
+    """The float32 nearest to the Fraction q, ties to even (no double rounding)."""
+    import math
+    import struct
+    from fractions import Fraction
+    if q == 0:
+        return 0.0
+    lo = struct.unpack("<f", struct.pack("<f", float(q)))[0]  # near q, maybe off by one ulp
+    bits = struct.unpack("<i", struct.pack("<f", lo))[0]
+    best = None
+    for b in (bits - 1, bits, bits + 1):
+        c = struct.unpack("<f", struct.pack("<i", b))[0]
+        if math.isinf(c) or math.isnan(c):
+            continue
+        d = abs(Fraction(c) - q)
+        if best is None or d < best[0] or (d == best[0] and b % 2 == 0):
+            best = (d, b, c)
+    return best[2]
+
+
+def adversarial(r, count):
+    g = torch.Generator().manual_seed(1234 + r)
+    mant = torch.rand(count, generator=g, dtype=torch.float64) + 1.0
+    exp = torch.randint(-60, 60, (count,), generator=g).double()
+    sign = torch.where(torch.rand(count, generator=g) < 0.5, -1.0, 1.0).double()
+    return (sign * mant * torch.pow(2.0, exp)).float()
+
+
+try:
+    chorus.torch.Options(reproducible=3)
+    check(False, "Options(reproducible=3) accepted")
+except ValueError:
+    check(True, "Options(reproducible=3) refused")
+for level in (1, 2):
+    grp = dist.new_group(backend="chorus", pg_options=chorus.torch.Options(reproducible=level))
+    count = 257
+    x = adversarial(rank, count)
+    dist.all_reduce(x, group=grp)
+    ins = [adversarial(r, count) for r in range(n)]
+    if level == 2:
+        from fractions import Fraction
+        want = torch.tensor([f32_round(sum(Fraction(float(t[i])) for t in ins))
+                             for i in range(count)], dtype=torch.float32)
+    else:
+        want = ins[0].clone()
+        for t in ins[1:]:
+            want = want + t  # float32 + float32, rounded at each step
+    check(torch.equal(x.view(torch.int32), want.view(torch.int32)),
+          f"reproducible level {level}: all_reduce bytes equal the reference")
+    dist.destroy_process_group(grp)
+
 if rank == 0 and GLOO_SKIPPED:
     print("checked against expected values only where gloo refuses: " + "; ".join(
         f"{op} {'/'.join(sorted(d))} ({r})" for op, (r, d) in sorted(GLOO_SKIPPED.items())),

@@ -560,6 +560,9 @@ MATRIX_TEST(test_rabenseifner_reduce_scatter, CHORUS_ALGO_RABENSEIFNER,
             CHORUS_COLL_REDUCE_SCATTER)
 MATRIX_TEST(test_bruck_allgather, CHORUS_ALGO_BRUCK, CHORUS_COLL_ALLGATHER)
 MATRIX_TEST(test_swing_allreduce, CHORUS_ALGO_SWING, CHORUS_COLL_ALLREDUCE)
+MATRIX_TEST(test_direct_allreduce, CHORUS_ALGO_DIRECT, CHORUS_COLL_ALLREDUCE)
+MATRIX_TEST(test_direct_reduce_scatter, CHORUS_ALGO_DIRECT, CHORUS_COLL_REDUCE_SCATTER)
+MATRIX_TEST(test_direct_reduce, CHORUS_ALGO_DIRECT, CHORUS_COLL_REDUCE)
 
 /* The halving algorithms derive peers and block positions from rank arithmetic (Swing's
  * from its reach sets), which the matrix checks up to 64 ranks; a few larger sizes, powers
@@ -669,6 +672,8 @@ static void test_ops(void **state)
         {CHORUS_ALGO_RABENSEIFNER, CHORUS_COLL_ALLREDUCE},
         {CHORUS_ALGO_RABENSEIFNER, CHORUS_COLL_REDUCE_SCATTER},
         {CHORUS_ALGO_SWING, CHORUS_COLL_ALLREDUCE},
+        {CHORUS_ALGO_DIRECT, CHORUS_COLL_ALLREDUCE}, {CHORUS_ALGO_DIRECT, CHORUS_COLL_REDUCE},
+        {CHORUS_ALGO_DIRECT, CHORUS_COLL_REDUCE_SCATTER},
     };
     static const int sizes[] = {2, 5, 8, 13};
     size_t p, si;
@@ -716,7 +721,8 @@ static void check_float_allreduce(const tc_t *t)
 static void test_float_bitwise(void **state)
 {
     static const chorus_algo_t algos[] = {CHORUS_ALGO_RING, CHORUS_ALGO_TREE, CHORUS_ALGO_RD,
-                                          CHORUS_ALGO_RABENSEIFNER, CHORUS_ALGO_SWING};
+                                          CHORUS_ALGO_RABENSEIFNER, CHORUS_ALGO_SWING,
+                                          CHORUS_ALGO_DIRECT};
     static const int sizes[] = {2, 3, 6, 7, 8, 12, 13, 16, 33};
     size_t a, si;
     int ip;
@@ -1008,6 +1014,9 @@ int main(void)
         cmocka_unit_test(test_rabenseifner_reduce_scatter),
         cmocka_unit_test(test_bruck_allgather),
         cmocka_unit_test(test_swing_allreduce),
+        cmocka_unit_test(test_direct_allreduce),
+        cmocka_unit_test(test_direct_reduce_scatter),
+        cmocka_unit_test(test_direct_reduce),
         cmocka_unit_test(test_halving_many_ranks),
         cmocka_unit_test(test_dissemination_barrier),
         cmocka_unit_test(test_barrier_waits_for_all),
