@@ -545,6 +545,17 @@ static chorus_status_t tune_record_unwritable(void)
       "rank 0: chorus_comm_set_timeout: nan seconds")                                              \
     X(st_huge, "set_timeout: above 1e9 seconds", chorus_comm_set_timeout(W1, 1e10), INVAL,         \
       "rank 0: chorus_comm_set_timeout: 1e+10 seconds")                                            \
+    X(sr_null_comm, "set_reproducible: NULL comm", chorus_comm_set_reproducible(NULL, 1), INVAL,   \
+      "chorus_comm_set_reproducible: comm is NULL")                                                \
+    X(sr_three, "set_reproducible: level 3", chorus_comm_set_reproducible(R1, 3), INVAL,           \
+      "rank 1: chorus_comm_set_reproducible: level 3 is not 0, 1 or 2")                            \
+    X(sr_negative, "set_reproducible: level -1", chorus_comm_set_reproducible(W1, -1), INVAL,      \
+      "rank 0: chorus_comm_set_reproducible: level -1 is not 0, 1 or 2")                           \
+    X(gr_null_comm, "get_reproducible: NULL comm",                                                 \
+      chorus_comm_get_reproducible(NULL, &F.out_int), INVAL,                                       \
+      "chorus_comm_get_reproducible: comm is NULL")                                                \
+    X(gr_null_out, "get_reproducible: NULL level_p", chorus_comm_get_reproducible(W1, NULL),       \
+      INVAL, "chorus_comm_get_reproducible: level_p is NULL")                                      \
     X(tr_null_comm, "tune_record: NULL comm",                                                      \
       chorus_tune_record(NULL, "allreduce", 4096, "ring", 65536), INVAL,                           \
       "chorus_tune_record: comm is NULL")                                                          \
