@@ -306,6 +306,22 @@ $(FAKE_PLUGIN): $(FAKE_OBJS) $(KERNEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-Bsymbolic $(LDFLAGS) -o $@ $^ -lpthread -lrt -lm
 
+# Plugins broken on purpose (tests/gpu/broken): the loader must call each broken, and the
+# GPU tests fail on it instead of skipping (test_gpu_loader, tests/run_tests.sh gpu).
+BROKEN_KINDS   := nosym abi abitable init undef
+BROKEN_PLUGINS := $(BROKEN_KINDS:%=$(BUILD)/tests/broken/libchorus-cuda-%.so) \
+                  $(BUILD)/tests/broken/libchorus-cuda-notelf.so
+test unit-test $(BUILD)/tests/test_gpu_loader: $(BROKEN_PLUGINS)
+$(BUILD)/tests/test_gpu_loader: tests/gpu/gpu_gate.h
+
+$(BUILD)/tests/broken/libchorus-cuda-notelf.so:
+	@mkdir -p $(dir $@)
+	echo 'This text file is not a shared object: a GPU plugin broken on purpose.' >$@
+
+$(BUILD)/tests/broken/libchorus-cuda-%.so: tests/gpu/broken/broken_plugin.c lib/gpu/gpu.h $(CONFIG)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -DBROKEN_$* -shared -o $@ $<
+
 # gpu_coll_matrix includes the host matrix (tests/mp/coll_matrix.c) and runs it on devices.
 $(BUILD)/tests/gpu_coll_matrix: tests/mp/coll_matrix.c
 $(BUILD)/tests/gpu_%: tests/gpu/%.c $(STATIC_LIB) $(wildcard tests/gpu/*.h tests/mp/*.h) $(CONFIG)

@@ -32,6 +32,11 @@ int bench_gpu_preinit(bench_t *b, char *reason, size_t size)
 
     if (!b->opt.device) return 0;
     gpu = chorus__gpu();
+    if (gpu == NULL && chorus__gpu_state() == CHORUS_GPU_BROKEN) {
+        /* A plugin that is there but broken is a failure, not a machine without a GPU. */
+        snprintf(reason, size, "%s", chorus__gpu_describe());
+        return -2;
+    }
     if (gpu == NULL) {
         /* The loader's own words when they already say it ("no CUDA device (...)"). */
         const char *why = chorus__gpu_describe();

@@ -106,10 +106,11 @@ static chorus_status_t gpu_tp_dmabuf(const void *p, size_t bytes, int *fd_p, uin
     const chorus_gpu_ops_t *ops = chorus__gpu();
     chorus_status_t status;
 
-    if (ops == NULL || ops->dmabuf_export == NULL)
-        return chorus__error(CHORUS_ERR_UNSUPPORTED, "dma-buf of device memory at %p: the %s "
-                             "cannot export one", p,
-                             ops == NULL ? "library has no GPU and" : "GPU plugin");
+    if (ops == NULL) return chorus__gpu_unavailable("dma-buf of device memory at %p", p);
+    if (ops->dmabuf_export == NULL)
+        return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                             "dma-buf of device memory at %p: the GPU plugin cannot export one",
+                             p);
     status = ops->dmabuf_export(p, bytes, fd_p, offset_p);
     if (status != CHORUS_SUCCESS)
         return chorus__gpu_error(status, "dma-buf of %zu bytes of device memory at %p", bytes, p);

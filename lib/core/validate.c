@@ -109,9 +109,8 @@ static chorus_status_t coll_check_overlap(chorus_comm_t comm, const chorus_coll_
 static chorus_status_t check_host_stream(chorus_comm_t comm, const char *name, void *stream)
 {
     if (stream == NULL) return CHORUS_SUCCESS;
-    return chorus__error(CHORUS_ERR_UNSUPPORTED,
-                         "rank %d: %s: stream is not NULL: CUDA streams need a CUDA build",
-                         comm->rank, name);
+    /* No GPU here: UNSUPPORTED; a plugin that is there but broken: its reason. */
+    return chorus__gpu_unavailable("rank %d: %s: stream is not NULL", comm->rank, name);
 }
 
 chorus_status_t chorus__validate_coll(chorus_comm_t comm, chorus_coll_call_t *call)

@@ -14,8 +14,15 @@
  *
  * Which plugin: CHORUS_CUDA_PLUGIN (a path; "none" disables the GPU), else
  * libchorus-cuda.so next to the object that holds libchorus, then in ../lib from there,
- * then on the loader's path. A plugin that is missing, fails to load, or finds no device
- * leaves the library host-only; CHORUS_DEBUG=info says which and why.
+ * then on the loader's path. The outcome is one of three (chorus__gpu_state): a plugin
+ * with a device; no GPU here (no plugin file, as in a build without nvcc, or a plugin that
+ * finds no driver or no device), which leaves the library host-only; or a plugin that is
+ * there but broken (it will not load, lacks its entry, speaks another ABI, or its start
+ * fails for another reason; or CHORUS_CUDA_PLUGIN names a file that is not there). Broken
+ * also leaves host calls working, but every device call then fails with the loader's
+ * reason, and the GPU tests fail instead of skipping: on the first real GPU a broken
+ * install must not pass for a machine without one. CHORUS_DEBUG=info says what was loaded,
+ * CHORUS_DEBUG=warn why a plugin is broken.
  *
  * Conventions of the table: every function returns CHORUS_SUCCESS or an error status and
  * never prints; the plugin's last_error() then describes the failure (the CUDA error name
@@ -122,22 +129,42 @@ typedef const chorus_gpu_ops_t *(*chorus_gpu_plugin_fn)(int abi_version);
 
 /* ---- lib/gpu/gpu.c: the loader ---- */
 
+/* The outcome of loading the plugin. */
+typedef enum chorus_gpu_state {
+    CHORUS_GPU_READY = 0,  /* a plugin loaded and found a device: chorus__gpu() != NULL */
+    CHORUS_GPU_ABSENT = 1, /* no GPU: CHORUS_CUDA_PLUGIN=none, no plugin file where it is
+                            * looked for, or a plugin that finds no driver or no device */
+    CHORUS_GPU_BROKEN = 2, /* a plugin is there but cannot be used (gpu.h's head says how) */
+} chorus_gpu_state_t;
+
+/* Which of the three the loader met (loading on first use, as chorus__gpu does); for
+ * ABSENT and BROKEN, chorus__gpu_describe() says why. Thread-safe. */
+chorus_gpu_state_t chorus__gpu_state(void);
+
 /* The loaded table when a plugin loaded and found at least one device, else NULL (and then
  * every buffer is host memory). Loads on first use, once per process; thread-safe. */
 const chorus_gpu_ops_t *chorus__gpu(void);
 
 /* What was loaded ("cuda plugin: cuda runtime 13.0, driver 13.0, 1 device: ..."), or why
- * chorus__gpu() is NULL ("CHORUS_CUDA_PLUGIN=none", "no CUDA plugin could be loaded: ...",
- * "cuda plugin: ..., 0 devices (cudaErrorInsufficientDriver)"), to follow "no CUDA device"
- * in a message. Static; never NULL. */
+ * chorus__gpu() is NULL: when ABSENT ("CHORUS_CUDA_PLUGIN=none", "no CUDA plugin: ...",
+ * "cuda plugin: ..., 0 devices (no driver: cudaErrorInsufficientDriver)"), to follow "no
+ * CUDA device" in a message; when BROKEN, "broken CUDA plugin <path>: <dlerror or the
+ * plugin's error>". Static; never NULL. */
 const char *chorus__gpu_describe(void);
+
+/* The error of a call that needs the GPU (a CUDA stream, device memory) made while
+ * chorus__gpu() is NULL: "<fmt...>: " followed, when the GPU is ABSENT, by "no CUDA device
+ * (<describe>)" with CHORUS_ERR_UNSUPPORTED, and when it is BROKEN by "<describe>" with
+ * CHORUS_ERR_SYSTEM. Returns that status; chorus_last_error() has the message. */
+chorus_status_t chorus__gpu_unavailable(const char *fmt, ...) CHORUS_PRINTF(1, 2);
 
 /* *is_device_p for p (0 when there is no GPU, or p is NULL). On a plugin error, an error
  * naming what (e.g. "sendbuf") with the plugin's message. */
 chorus_status_t chorus__gpu_pointer_kind(const void *p, const char *what, int *is_device_p,
                                          int *device_p);
 
-/* chorus__error() with the plugin's last message: "rank 2: allreduce #4: memcpy: <msg>". */
+/* chorus__error() with the plugin's last message: "rank 2: allreduce #4: memcpy: <msg>";
+ * without a plugin, chorus__gpu_unavailable's words in place of it. */
 chorus_status_t chorus__gpu_error(chorus_status_t status, const char *fmt, ...)
     CHORUS_PRINTF(2, 3);
 

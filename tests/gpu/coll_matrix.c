@@ -27,11 +27,13 @@
  *
  *   chorusrun -n 4 -- gpu_coll_matrix [--mismatch|--host-vs-device] [mp_coll_matrix options]
  *
- * Prints "skipped: no CUDA device" and exits 77 when no plugin found a device.
+ * Prints "skipped: no CUDA device" and exits 77 when there is no GPU; exits 1 with the
+ * loader's reason when a plugin is there but broken (gpu_gate.h).
  */
 #include "mp/mp_common.h"
 
 #include "gpu/gpu.h"
+#include "gpu_gate.h"
 
 static const chorus_gpu_ops_t *G;
 static void *g_stream;
@@ -642,11 +644,9 @@ int main(int argc, char **argv)
 {
     int ndev = 0;
     const char *desc = "";
+    int gate = gpu_gate(1);
+    if (gate != 0) return gate;
     G = chorus__gpu();
-    if (G == NULL) {
-        printf("skipped: no CUDA device (%s)\n", chorus__gpu_describe());
-        return 77;
-    }
     gt_die(G->init(&ndev, &desc), "init");
     gt_die(G->set_device(0), "set_device");
     gt_die(G->stream_create(&g_stream), "stream_create");

@@ -13,7 +13,8 @@
  *       $BUILD/bin/chorusrun -n 3 -- $BUILD/tests/gpu_ipc_arena
  *
  * Links libchorus.a statically and takes comm->arena and comm->bs from lib/core/comm.h.
- * Prints "skipped: no CUDA device" and exits 77 when no plugin with a device is loaded.
+ * Prints "skipped: no CUDA device" and exits 77 when there is no GPU; exits 1 with the
+ * loader's reason when a plugin is there but broken (gpu_gate.h).
  */
 #include "mp/mp_common.h"
 
@@ -21,6 +22,7 @@
 #include "core/comm.h"
 #include "gpu/gpu.h"
 #include "gpu/ipc_arena.h"
+#include "gpu_gate.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -442,12 +444,12 @@ int main(void)
     chorus_status_t st;
 
     c.comm = mp_init_env("gpu_ipc_arena", &c.rank, &c.n);
-    c.gpu = chorus__gpu();
-    if (c.gpu == NULL) {
-        if (c.rank == 0) printf("skipped: no CUDA device (%s)\n", chorus__gpu_describe());
+    st = gpu_gate(c.rank == 0);
+    if (st != 0) {
         chorus_comm_destroy(c.comm);
-        return 77;
+        return st;
     }
+    c.gpu = chorus__gpu();
     if (c.n < 2) {
         if (c.rank == 0) printf("skipped: the ipc arena needs 2 or more ranks\n");
         chorus_comm_destroy(c.comm);

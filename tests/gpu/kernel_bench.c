@@ -23,9 +23,11 @@
  * table, one line per rate and a PASS/FAIL line for acceptance 3 of issue 6 (sum >= 0.85 x
  * copy, float32 and bfloat16), which only reports: the exit status depends on the check.
  *
- * Without a device (chorus__gpu() NULL) it prints "skipped: no CUDA device" and exits 77.
+ * Without a GPU it prints "skipped: no CUDA device" and exits 77; with a plugin that is there
+ * but broken it exits 1 with the loader's reason (gpu_gate.h).
  */
 #include "gpu/gpu.h"
+#include "gpu_gate.h"
 #include "kernels.h"
 
 #include <stdio.h>
@@ -380,7 +382,7 @@ static size_t parse_bytes(const char *s)
 int main(int argc, char **argv)
 {
     size_t bytes = 0;
-    int iters = 20, do_check = 1, do_bench = 1;
+    int iters = 20, do_check = 1, do_bench = 1, gate;
     double t0;
 
     for (int i = 1; i < argc; i++) {
@@ -405,11 +407,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "kernel_bench: --bytes must be at least 256 and --iters at least 1\n");
         return 2;
     }
+    if ((gate = gpu_gate(1)) != 0) return gate;
     g = chorus__gpu();
-    if (g == NULL) {
-        printf("skipped: no CUDA device\n# %s\n", chorus__gpu_describe());
-        return 77;
-    }
     if (bytes == 0) bytes = strcmp(g->name, "fake") == 0 ? (size_t)16 << 20 : (size_t)1 << 30;
     printf("# %s\n", chorus__gpu_describe());
     GPU(g->stream_create(&stream));

@@ -11,9 +11,11 @@
  *                                descriptor maps to the device bytes. Where the driver has no
  *                                dma-buf: "skipped: <why>" (exit 77)
  *
- * Exits 0 when every check holds, 1 when one fails, 77 ("skipped: ...") without a device.
+ * Exits 0 when every check holds, 1 when one fails or the plugin is broken, 77
+ * ("skipped: ...") without a GPU (gpu_gate.h).
  */
 #include "gpu/gpu.h"
+#include "gpu_gate.h"
 #include "util/pci.h"
 
 #include <errno.h>
@@ -135,18 +137,15 @@ static int run_dmabuf(const chorus_gpu_ops_t *g)
 int main(int argc, char **argv)
 {
     const chorus_gpu_ops_t *g;
-    int ndev = 0, dev = -1;
+    int ndev = 0, dev = -1, gate;
     const char *desc = NULL;
 
     if (argc != 2 || (strcmp(argv[1], "--pci") != 0 && strcmp(argv[1], "--dmabuf") != 0)) {
         fprintf(stderr, "usage: gpu_plugin_extras --pci|--dmabuf\n");
         return 2;
     }
+    if ((gate = gpu_gate(1)) != 0) return gate;
     g = chorus__gpu();
-    if (g == NULL) {
-        printf("skipped: no CUDA device (%s)\n", chorus__gpu_describe());
-        return 77;
-    }
     if (g->init(&ndev, &desc) != CHORUS_SUCCESS || ndev < 1 ||
         g->get_device(&dev) != CHORUS_SUCCESS) {
         printf("init: %s\n", g->last_error());

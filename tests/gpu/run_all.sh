@@ -158,6 +158,13 @@ main() {
         grep -o 'skipped: .*' "$STEP_LOG" | tail -n 1
         return 77
     fi
+    # A plugin that is there but broken (it will not load, lacks its entry, speaks another
+    # ABI, or its start failed) is no "no device": the probe has failed with the loader's
+    # reason (above), and every later step would only fail on it again.
+    if [ "$STEP_RC" -ne 0 ] && grep -q '^FAIL: broken CUDA plugin' "$STEP_LOG"; then
+        echo "the CUDA plugin is broken: the other steps are not run"
+        return 1
+    fi
 
     # The plugin's calls for NIC pairing and GPUDirect RDMA: every device's PCI address,
     # and a dma-buf export (skipped where the driver has no dma-buf: reported, not failed).

@@ -22,6 +22,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -169,32 +170,51 @@ static void cu_describe(int n, const char *why)
     }
 }
 
-/* No device, no driver, or only the driver's stub library: a machine without a usable
- * GPU, which is not an error (gpu.h). */
-static int cu_is_no_device(cudaError_t e)
+/* Why cudaGetDeviceCount's error e means a machine without a usable GPU, which is not an
+ * error (gpu.h): no device, no driver, or only the driver's stub library; NULL when e is a
+ * real failure, to report. cudaErrorInsufficientDriver is said both where there is no
+ * driver at all and where the driver is older than this runtime; the second is a broken
+ * install on a machine with a GPU, so it is told apart by whether the driver's library
+ * loads. */
+static const char *cu_absent_why(cudaError_t e)
 {
-    return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorStubLibrary;
+    void *drv;
+
+    if (e == cudaErrorNoDevice) return "no device";
+    if (e == cudaErrorStubLibrary) return "no driver, only its stub library";
+    if (e != cudaErrorInsufficientDriver) return NULL;
+    drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (drv == NULL) return "no driver";
+    dlclose(drv);
+    return NULL;
 }
 
 static chorus_status_t cu_init(int *ndevices_p, const char **desc_p)
 {
+    const char *absent;
     cudaError_t e;
     int n = 0;
 
     if (ndevices_p == NULL || desc_p == NULL) return cu_invalid("init: NULL output pointer");
     e = cudaGetDeviceCount(&n);
+    absent = e != cudaSuccess ? cu_absent_why(e) : NULL;
+    if (e != cudaSuccess && absent == NULL)
+        return cu_fail(e == cudaErrorInsufficientDriver
+                           ? "cudaGetDeviceCount (libcuda.so.1 loads: a driver older than "
+                             "this runtime?)"
+                           : "cudaGetDeviceCount",
+                       e);
     pthread_mutex_lock(&desc_lock);
-    if (cu_is_no_device(e)) {
+    if (absent != NULL) {
         char why[128];
-        snprintf(why, sizeof why, "(%s)", cudaGetErrorName(e));
+        snprintf(why, sizeof why, "(%s: %s)", absent, cudaGetErrorName(e));
         (void)cudaGetLastError();
         n = 0;
         cu_describe(0, why);
-    } else if (e == cudaSuccess) {
+    } else {
         cu_describe(n, NULL);
     }
     pthread_mutex_unlock(&desc_lock);
-    if (e != cudaSuccess && !cu_is_no_device(e)) return cu_fail("cudaGetDeviceCount", e);
     *desc_p = desc_buf;
     *ndevices_p = n;
     return CHORUS_SUCCESS;
