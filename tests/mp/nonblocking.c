@@ -227,8 +227,13 @@ static int case_p2p(chorus_comm_t comm)
         for (size_t i = 0; i < len; i++) out[i] = pval(g_rank, right, i);
         for (int order = 0; order < 2; order++) {
             chorus_request_t r[4];
-            memset(in, 0, len);
-            memset(self_in, 0, len);
+            /* Each receive starts as the complement of what must arrive, so that a byte
+             * left unwritten differs from the expected one wherever it is (zeros would
+             * pass wherever the pattern holds a zero). */
+            for (size_t i = 0; i < len; i++) {
+                in[i] = (uint8_t)~pval(left, g_rank, i);
+                self_in[i] = (uint8_t)~out[i];
+            }
             /* Ring shift, receive posted first on even ranks and in the even round. */
             if ((order + g_rank) % 2 == 0) {
                 OK(chorus_irecv(in, len, CHORUS_UINT8, left, comm, &r[0]));

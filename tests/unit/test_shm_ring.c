@@ -58,6 +58,15 @@ static void fill(uint8_t *buf, uint64_t n, uint32_t msg)
     for (uint64_t i = 0; i < n; i++) buf[i] = pattern(msg, i);
 }
 
+/* Fills a destination with the complement of message msg's pattern before the receive:
+ * every byte then differs from the one the message must put there, so a byte the ring
+ * leaves unwritten fails check (zeros or a constant would pass wherever the pattern
+ * happens to hold that value). */
+static void poison(uint8_t *buf, uint64_t n, uint32_t msg)
+{
+    for (uint64_t i = 0; i < n; i++) buf[i] = (uint8_t)~pattern(msg, i);
+}
+
 static void check(const uint8_t *buf, uint64_t n, uint32_t msg)
 {
     for (uint64_t i = 0; i < n; i++) {
@@ -100,7 +109,7 @@ static void test_wrap_every_offset(void **state)
             pair_init(&p, RING, start);
             for (uint32_t m = 0; m < 3; m++) {
                 fill(src, n, (uint32_t)off + m);
-                memset(dst, 0, sizeof(dst));
+                poison(dst, n, (uint32_t)off + m);
                 transfer(&p, src, n, dst);
                 check(dst, n, (uint32_t)off + m);
             }
@@ -118,9 +127,10 @@ static void test_larger_than_ring(void **state)
     pair_init(&p, RING, 0);
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         uint8_t *src = malloc(sizes[k]);
-        uint8_t *dst = calloc(1, sizes[k]);
+        uint8_t *dst = malloc(sizes[k]);
 
         fill(src, sizes[k], (uint32_t)k);
+        poison(dst, sizes[k], (uint32_t)k);
         transfer(&p, src, sizes[k], dst);
         check(dst, sizes[k], (uint32_t)k);
         free(src);
@@ -139,6 +149,7 @@ static void test_full_ring_waits(void **state)
 
     pair_init(&p, RING, 0);
     fill(src, sizeof(src), 9);
+    poison(dst, sizeof(dst), 9);
     /* A message that fills the ring is written up to the ring's size and then waits. */
     f = shm_ring_tx(&p.tx, src, RING, &cur);
     assert_int_equal(f, SHM_RING_MOVED);
@@ -164,7 +175,7 @@ static void test_full_ring_waits(void **state)
 
 static void test_zero_length(void **state)
 {
-    uint8_t src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8] = {0};
+    uint8_t src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8];
     uint64_t cur = 0, rcur = 0, len = 99;
     pair_t p;
     (void)state;
@@ -176,7 +187,9 @@ static void test_zero_length(void **state)
     assert_true(shm_ring_rx_ready(&p.rx));
     assert_int_equal(shm_ring_rx(&p.rx, NULL, 0, &rcur, &len), SHM_RING_MOVED | SHM_RING_DONE);
     assert_int_equal(len, 0);
-    /* The stream goes on after it. */
+    /* The stream goes on after it; dst starts as the complement of src, so every byte
+     * must be written. */
+    for (size_t i = 0; i < sizeof(dst); i++) dst[i] = (uint8_t)~src[i];
     transfer(&p, src, sizeof(src), dst);
     assert_memory_equal(src, dst, sizeof(src));
     pair_fini(&p);
@@ -198,7 +211,8 @@ static void test_length_mismatch(void **state)
         /* The receive completes with the sender's length; the rest of the message is
          * skipped as it arrives, and the next message is read intact. */
         cur = rcur = 0;
-        memset(dst, 0x5a, sizeof(dst));
+        /* The complement of the message: any of its bytes written into the receive shows. */
+        poison(dst, sizeof(dst), 1);
         fill(src, sent, 1);
         tf = shm_ring_tx(&p.tx, src, sent, &cur);
         rf = shm_ring_rx(&p.rx, dst, posted, &rcur, &len);
@@ -206,12 +220,13 @@ static void test_length_mismatch(void **state)
         assert_true(rf & SHM_RING_DONE);
         assert_false(rf & SHM_RING_CORRUPT);
         assert_int_equal(len, sent);
-        for (uint64_t i = 0; i < posted; i++) assert_int_equal(dst[i], 0x5a);
+        for (uint64_t i = 0; i < posted; i++) assert_int_equal(dst[i], (uint8_t)~pattern(1, i));
         while (!(tf & SHM_RING_DONE)) {
             tf = shm_ring_tx(&p.tx, src, sent, &cur);
             shm_ring_rx_drain(&p.rx);
         }
         fill(src, 77, 2);
+        poison(dst, 77, 2);
         transfer(&p, src, 77, dst);
         check(dst, 77, 2);
     }
@@ -366,6 +381,8 @@ static void test_two_threads_64mib(void **state)
         uint64_t cur = 0, len = 0;
         unsigned f = 0;
 
+        /* buf still holds earlier messages, whose bytes may equal this one's. */
+        poison(buf, s.lens[m], m);
         while (!((f = shm_ring_rx(&p.rx, buf, s.lens[m], &cur, &len)) & SHM_RING_DONE)) {
             assert_false(f & SHM_RING_CORRUPT);
             if (!(f & SHM_RING_MOVED)) sched_yield();

@@ -70,13 +70,15 @@ static int case_raw(tpc_ctx_t *ctx)
         }
         return ctx->arg == 0 ? tpc_barrier(ctx) : 0;
     }
-    memset(buf, 0xEE, sizeof(buf));
+    /* All of buf, past the 100 bytes too, so that a write beyond the receive shows. */
+    tpc_poison(buf, sizeof(buf), 0, 1, 0);
     if (ctx->ops->irecv(ctx->tp, 0, buf, 100, &req) != CHORUS_SUCCESS) {
         return tpc_fail(ctx, "irecv");
     }
     if (tpc_wait_reqs(ctx, &req, 1, TPC_WAIT_S, NULL) != 0) return tpc_fail(ctx, "hung");
     if (ctx->arg == 0) {
-        if (req.status != CHORUS_SUCCESS || tpc_check(buf, 100, 0, 1, 0) >= 0 || buf[100] != 0xEE) {
+        if (req.status != CHORUS_SUCCESS || tpc_check(buf, 100, 0, 1, 0) >= 0 ||
+            tpc_untouched(buf, 100, sizeof(buf), 0, 1, 0) >= 0) {
             return tpc_fail(ctx, "trickled message: status %d", (int)req.status);
         }
         return tpc_barrier(ctx);
@@ -85,8 +87,8 @@ static int case_raw(tpc_ctx_t *ctx)
     if (strstr(chorus_last_error(), "peer 0") == NULL) {
         return tpc_fail(ctx, "the error does not name the peer");
     }
-    for (size_t i = 100; i < sizeof(buf); i++) {
-        if (buf[i] != 0xEE) return tpc_fail(ctx, "wrote past the receive");
+    if (tpc_untouched(buf, 100, sizeof(buf), 0, 1, 0) >= 0) {
+        return tpc_fail(ctx, "wrote past the receive");
     }
     return 0;
 }
@@ -196,40 +198,54 @@ static void test_rogue_wrong_secret(void **state)
     run_rogue(1);
 }
 
-/* Throughput of 8 MiB messages from rank 0 to rank 1, 4 in flight (informational; the
- * data of the last message is checked). */
+/* Throughput of 8 MiB messages from rank 0 to rank 1, 4 in flight (informational), and
+ * the last message into each of rank 1's buffers checked whole. Rank 1 starts with its
+ * buffers poisoned (the complement of their last message) and the messages into a buffer
+ * alternate between that complement and the pattern, ending on the pattern: a byte that
+ * any message leaves unwritten, the last included, then still holds a complement and
+ * fails the check, at no cost inside the timed loop. */
 static int case_bandwidth(tpc_ctx_t *ctx)
 {
-    enum { MSGS = 48, INFLIGHT = 4 };
+    enum { MSGS = 48, INFLIGHT = 4, ROUNDS = MSGS / INFLIGHT };
     const size_t n = 8u << 20;
-    uint8_t *bufs[INFLIGHT];
+    uint8_t *bufs[INFLIGHT], *comp[INFLIGHT] = {NULL};
     chorus_tp_req_t reqs[INFLIGHT];
     memset(reqs, 0, sizeof(reqs));
     for (int i = 0; i < INFLIGHT; i++) {
         bufs[i] = malloc(n);
         if (bufs[i] == NULL) return tpc_fail(ctx, "malloc");
-        tpc_fill(bufs[i], n, 0, 1, MSGS - INFLIGHT + i);
+        if (ctx->rank == 0) {
+            comp[i] = malloc(n);
+            if (comp[i] == NULL) return tpc_fail(ctx, "malloc");
+            tpc_fill(bufs[i], n, 0, 1, i);
+            tpc_poison(comp[i], n, 0, 1, i);
+        } else {
+            tpc_poison(bufs[i], n, 0, 1, i);
+        }
         reqs[i].done = 1;
     }
     if (tpc_barrier(ctx) != 0) return 1;
     uint64_t t0 = chorus__now_ns();
     for (int m = 0; m < MSGS; m++) {
-        chorus_tp_req_t *req = &reqs[m % INFLIGHT];
+        int slot = m % INFLIGHT, round = m / INFLIGHT;
+        chorus_tp_req_t *req = &reqs[slot];
         if (tpc_wait_reqs(ctx, req, 1, TPC_WAIT_S, NULL) != 0) return tpc_fail(ctx, "hung");
         if (req->status != CHORUS_SUCCESS) return tpc_fail(ctx, "message %d failed", m);
-        chorus_status_t st = ctx->rank == 0
-                                 ? ctx->ops->isend(ctx->tp, 1, bufs[m % INFLIGHT], n, req)
-                                 : ctx->ops->irecv(ctx->tp, 0, bufs[m % INFLIGHT], n, req);
+        uint8_t *out = (ROUNDS - 1 - round) % 2 == 0 ? bufs[slot] : comp[slot];
+        chorus_status_t st = ctx->rank == 0 ? ctx->ops->isend(ctx->tp, 1, out, n, req)
+                                            : ctx->ops->irecv(ctx->tp, 0, bufs[slot], n, req);
         if (st != CHORUS_SUCCESS) return tpc_fail(ctx, "post");
     }
     if (tpc_wait_reqs(ctx, reqs, INFLIGHT, TPC_WAIT_S, NULL) != 0) return tpc_fail(ctx, "hung");
     double s = (double)(chorus__now_ns() - t0) / 1e9;
     for (int i = 0; i < INFLIGHT; i++) {
-        if (reqs[i].status != CHORUS_SUCCESS ||
-            tpc_check(bufs[i], n, 0, 1, MSGS - INFLIGHT + i) >= 0) {
-            return tpc_fail(ctx, "bandwidth: message data");
+        long long bad = ctx->rank == 1 ? tpc_check(bufs[i], n, 0, 1, i) : -1;
+        if (reqs[i].status != CHORUS_SUCCESS || bad >= 0) {
+            return tpc_fail(ctx, "bandwidth: last message into buffer %d: status %d, bad byte %lld",
+                            i, (int)reqs[i].status, bad);
         }
         free(bufs[i]);
+        free(comp[i]);
     }
     if (ctx->rank == 1) {
         printf("tcp: %d x 8 MiB rank 0 -> 1 over loopback: %.2f GB/s (%.3f s)\n", MSGS,
@@ -299,7 +315,8 @@ static int smallbuf_post(tpc_ctx_t *ctx, smallbuf_slot_t *s, int send, int peer,
         tpc_fill(s->buf, n, src, dst, seq);
         st = ctx->ops->isend(ctx->tp, peer, s->buf, n, &s->req);
     } else {
-        memset(s->buf, 0xEE, n + 1);
+        /* One byte more than the receive, poisoned too, catches a write past it. */
+        tpc_poison(s->buf, n + 1, src, dst, seq);
         st = ctx->ops->irecv(ctx->tp, peer, s->buf, n, &s->req);
     }
     if (st != CHORUS_SUCCESS) return tpc_fail(ctx, "%s %d: post", send ? "isend" : "irecv", seq);
@@ -318,7 +335,7 @@ static int smallbuf_reap(tpc_ctx_t *ctx, smallbuf_slot_t *s, int send, int peer,
     }
     if (!send) {
         long long bad = tpc_check(s->buf, n, src, dst, s->seq);
-        if (bad >= 0 || s->buf[n] != 0xEE) {
+        if (bad >= 0 || tpc_untouched(s->buf, n, n + 1, src, dst, s->seq) >= 0) {
             return tpc_fail(ctx, "message %d from %d (%zu bytes): bad byte %lld", s->seq, peer,
                             n, bad);
         }

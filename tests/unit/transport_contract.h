@@ -127,6 +127,30 @@ TPC_FN void tpc_fill(uint8_t *buf, size_t n, int src, int dst, int seq)
         buf[i] = tpc_byte(src, dst, seq, i);
 }
 
+/* Fills a receive buffer with the complement of message seq's pattern before the receive
+ * is posted. Every byte then differs from the one the message must put there, so a byte
+ * the transport leaves unwritten fails tpc_check; a constant such as 0xEE would pass
+ * wherever the pattern happens to hold it. Bytes past the receive, poisoned the same way,
+ * also differ from anything a longer message from src would write there, which
+ * tpc_untouched checks. */
+TPC_FN void tpc_poison(uint8_t *buf, size_t n, int src, int dst, int seq)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (uint8_t)~tpc_byte(src, dst, seq, i);
+}
+
+/* Returns the first index in [from, to) whose byte no longer holds what tpc_poison put
+ * there, or -1: a receive must not write outside its own length. */
+TPC_FN long long tpc_untouched(const uint8_t *buf, size_t from, size_t to, int src, int dst,
+                               int seq)
+{
+    for (size_t i = from; i < to; i++) {
+        uint8_t poison = (uint8_t)~tpc_byte(src, dst, seq, i);
+        if (buf[i] != poison) return (long long)i;
+    }
+    return -1;
+}
+
 /* Returns the first wrong byte index, or -1 when all of buf is right. */
 TPC_FN long long tpc_check(const uint8_t *buf, size_t n, int src, int dst, int seq)
 {
@@ -363,7 +387,7 @@ TPC_FN int tpc_case_pingpong(tpc_ctx_t *ctx)
                 tpc_fill(buf, n, src, dst, seq);
                 st = ctx->ops->isend(ctx->tp, peer, buf, n, &req);
             } else {
-                memset(buf, 0xEE, n);
+                tpc_poison(buf, n, src, dst, seq);
                 st = ctx->ops->irecv(ctx->tp, peer, buf, n, &req);
             }
             if (st != CHORUS_SUCCESS) return tpc_fail(ctx, "post %zu bytes", n);
@@ -404,7 +428,8 @@ TPC_FN int tpc_case_fifo(tpc_ctx_t *ctx)
             size_t n = tpc_fifo_size(p, ctx->rank, seq);
             bufs[k] = malloc(n + 1);
             if (bufs[k] == NULL) return tpc_fail(ctx, "malloc");
-            memset(bufs[k], 0xEE, n + 1);
+            /* One byte more than the receive, poisoned too, catches a write past it. */
+            tpc_poison(bufs[k], n + 1, p, ctx->rank, seq);
             if (ctx->ops->irecv(ctx->tp, p, bufs[k], n, &reqs[k]) != CHORUS_SUCCESS) {
                 return tpc_fail(ctx, "irecv %d from %d", seq, p);
             }
@@ -432,7 +457,8 @@ TPC_FN int tpc_case_fifo(tpc_ctx_t *ctx)
             if (p == ctx->rank) continue;
             size_t n = tpc_fifo_size(p, ctx->rank, seq);
             long long bad = tpc_check(bufs[k], n, p, ctx->rank, seq);
-            if (reqs[k].status != CHORUS_SUCCESS || bad >= 0 || bufs[k][n] != 0xEE) {
+            if (reqs[k].status != CHORUS_SUCCESS || bad >= 0 ||
+                tpc_untouched(bufs[k], n, n + 1, p, ctx->rank, seq) >= 0) {
                 rc = tpc_fail(ctx, "message %d from %d (%zu bytes): status %d, bad byte %lld", seq,
                               p, n, (int)reqs[k].status, bad);
             }
@@ -461,6 +487,7 @@ TPC_FN int tpc_case_bidir(tpc_ctx_t *ctx)
     memset(reqs, 0, sizeof(reqs));
     if (out == NULL || in == NULL) return tpc_fail(ctx, "malloc");
     tpc_fill(out, n, ctx->rank, peer, 1);
+    tpc_poison(in, n, peer, ctx->rank, 1);
     if (ctx->ops->isend(ctx->tp, peer, out, n, &reqs[0]) != CHORUS_SUCCESS) {
         return tpc_fail(ctx, "isend");
     }
@@ -497,7 +524,9 @@ TPC_FN int tpc_case_mismatch(tpc_ctx_t *ctx)
         return 0;
     }
     size_t n = ctx->arg == 0 ? 32 : 96;
-    memset(buf, 0xEE, sizeof(buf));
+    /* Poisoned against rank 0's message, so that any of its bytes written past the
+     * receive shows, whatever its value. */
+    tpc_poison(buf, sizeof(buf), 0, 1, 0);
     if (ctx->ops->irecv(ctx->tp, 0, buf, n, &req) != CHORUS_SUCCESS) {
         return tpc_fail(ctx, "irecv");
     }
@@ -507,9 +536,8 @@ TPC_FN int tpc_case_mismatch(tpc_ctx_t *ctx)
     if (req.status != CHORUS_ERR_MISMATCH) {
         return tpc_fail(ctx, "mismatch: status %d, not CHORUS_ERR_MISMATCH", (int)req.status);
     }
-    for (size_t i = n; i < sizeof(buf); i++) {
-        if (buf[i] != 0xEE) return tpc_fail(ctx, "byte %zu past the receive was written", i);
-    }
+    long long past = tpc_untouched(buf, n, sizeof(buf), 0, 1, 0);
+    if (past >= 0) return tpc_fail(ctx, "byte %lld past the receive was written", past);
     return 0;
 }
 
@@ -541,8 +569,10 @@ TPC_FN int tpc_case_death(tpc_ctx_t *ctx)
         _exit(0); /* no fini: the connections just drop */
     }
     if (ctx->rank == 0 && ctx->arg == 0) {
+        tpc_poison(buf, 8, dead, 0, 0);
         if (ctx->ops->irecv(ctx->tp, dead, buf, 8, &req) != CHORUS_SUCCESS ||
-            tpc_wait_reqs(ctx, &req, 1, TPC_WAIT_S, NULL) != 0 || req.status != CHORUS_SUCCESS) {
+            tpc_wait_reqs(ctx, &req, 1, TPC_WAIT_S, NULL) != 0 || req.status != CHORUS_SUCCESS ||
+            tpc_check(buf, 8, dead, 0, 0) >= 0) {
             return tpc_fail(ctx, "the message before the death");
         }
         memset(&req, 0, sizeof(req));
@@ -582,6 +612,7 @@ TPC_FN int tpc_case_death(tpc_ctx_t *ctx)
     tpc_fill(out, sizeof(out), ctx->rank, -1, 9);
     for (int p = 0; p < dead; p++) {
         if (p == ctx->rank) continue;
+        tpc_poison(in[p], 16, p, -1, 9);
         if (ctx->ops->irecv(ctx->tp, p, in[p], 16, &reqs[k++]) != CHORUS_SUCCESS ||
             ctx->ops->isend(ctx->tp, p, out, 16, &reqs[k++]) != CHORUS_SUCCESS) {
             return tpc_fail(ctx, "posting to survivor %d", p);
