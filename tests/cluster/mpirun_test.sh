@@ -45,6 +45,8 @@ for f in "$BENCH" "$FABRIC" "$EXAMPLE"; do [ -x "$f" ] || { echo "missing $f (ru
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/chorus-mpirun-test.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 FAILED=0
+RAN=0
+SKIP_WHY=""
 
 # What the ranks are given beyond what mpirun sets: nothing, unless --explicit-root.
 ROOTARGS=""
@@ -55,14 +57,23 @@ fi
 
 wanted() { [ -z "$ONLY" ] || case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
-# run NAME [mpirun.sh options] -- command...: the run's output in $TMP/NAME.log, rc in $rc.
+# run NAME [mpirun.sh options] -- command...: the run's output in $TMP/NAME.log, rc in $rc;
+# returns 1 when the case could not run.
 run() {
     name=$1
     shift
     echo "--- $name"
     sh "$HERE/mpirun.sh" --subnet "$SUBNET" "$@" >"$TMP/$name.log" 2>&1
     rc=$?
-    if [ "$rc" -eq 77 ]; then grep 'skipped:' "$TMP/$name.log" | tail -n 1; exit 77; fi
+    # A case the emulated cluster could not run (77: no namespaces, no tc for --rate, ...)
+    # is a PART-SKIP line with its reason, and the caller leaves out its checks; the script
+    # skips as a whole only when no case ran.
+    if [ "$rc" -eq 77 ]; then
+        SKIP_WHY=$(grep -o 'skipped: .*' "$TMP/$name.log" | tail -n 1)
+        echo "PART-SKIP $name: ${SKIP_WHY:=skipped: (no reason given)}"
+        return 1
+    fi
+    RAN=$((RAN + 1))
 }
 
 # check NAME PATTERN...: rc 0 and every pattern (grep -E) in the log, else the case fails.
@@ -86,6 +97,8 @@ check() {
 if wanted env; then
     # shellcheck disable=SC2086
     run env --hosts 2 --timeout 60 -- mpirun -np 4 $ROOTARGS --tag-output env
+fi
+if wanted env && [ "$rc" -ne 77 ]; then
     if [ "$EXPLICIT" -eq 0 ] && grep -Eq '^\[[0-9,]+\]<stdout>:(CHORUS|MASTER)_' \
         "$TMP/env.log"; then
         echo "FAIL env: a rank sees $(grep -Eo '<stdout>:(CHORUS|MASTER)_[A-Z_]*' \
@@ -102,26 +115,30 @@ fi
 
 if wanted example; then
     # shellcheck disable=SC2086
-    run example --hosts 4 --slots 2 --timeout 120 -- mpirun -np 8 $ROOTARGS "$EXAMPLE"
-    check example '^allreduce of 1024 floats over 8 ranks: ok$'
-    grep -E '^allreduce of' "$TMP/example.log" | sed 's/^/    /'
+    if run example --hosts 4 --slots 2 --timeout 120 -- mpirun -np 8 $ROOTARGS "$EXAMPLE"; then
+        check example '^allreduce of 1024 floats over 8 ranks: ok$'
+        grep -E '^allreduce of' "$TMP/example.log" | sed 's/^/    /'
+    fi
 fi
 
 if wanted bench; then
     # shellcheck disable=SC2086
-    run bench --hosts 4 --slots 2 --timeout 300 -- mpirun -np 8 $ROOTARGS "$BENCH" \
-        allreduce -b 8 -e 1M -f 4
-    check bench 'nranks 8 ' '^# hosts 4 ' 'Out of bounds values : 0 OK'
-    grep -E '^# (chorus-bench|hosts|Avg bus)' "$TMP/bench.log" | sed 's/^/    /'
+    if run bench --hosts 4 --slots 2 --timeout 300 -- mpirun -np 8 $ROOTARGS "$BENCH" \
+        allreduce -b 8 -e 1M -f 4; then
+        check bench 'nranks 8 ' '^# hosts 4 ' 'Out of bounds values : 0 OK'
+        grep -E '^# (chorus-bench|hosts|Avg bus)' "$TMP/bench.log" | sed 's/^/    /'
+    fi
 fi
 
 if wanted fabric; then
     # shellcheck disable=SC2086
-    run fabric --hosts 8 --slots 1 --rate 200mbit --timeout 200 -- mpirun -np 8 $ROOTARGS \
-        "$FABRIC" --time-budget 20
-    check fabric '^chorus-fabric: 8 hosts, 8 ranks' '^chorus-fabric: PASS'
-    grep -E '^chorus-fabric: ' "$TMP/fabric.log" | sed 's/^/    /'
+    if run fabric --hosts 8 --slots 1 --rate 200mbit --timeout 200 -- mpirun -np 8 \
+        $ROOTARGS "$FABRIC" --time-budget 20; then
+        check fabric '^chorus-fabric: 8 hosts, 8 ranks' '^chorus-fabric: PASS'
+        grep -E '^chorus-fabric: ' "$TMP/fabric.log" | sed 's/^/    /'
+    fi
 fi
 
-[ "$FAILED" -eq 0 ] && echo "mpirun_test: all passed" || echo "mpirun_test: FAILED"
-exit "$FAILED"
+[ "$FAILED" -eq 0 ] || { echo "mpirun_test: FAILED"; exit 1; }
+[ "$RAN" -gt 0 ] || { echo "${SKIP_WHY:-skipped: no case selected}"; exit 77; }
+echo "mpirun_test: all passed"

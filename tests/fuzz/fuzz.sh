@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs the libFuzzer targets built by `make fuzz` (see tests/README.md).
 #   fuzz.sh --check            exit 0 if $FUZZ_CC can build a libFuzzer target, else print
-#                              "skipped: <reason>" and exit 1
+#                              "skipped: <reason>" and exit 77 (clang or its libFuzzer
+#                              runtime is not installed)
 #   fuzz.sh NAME...            run $BUILD/fuzz/fuzz_NAME for $FUZZ_SECONDS each on
 #                              tests/fuzz/corpus/NAME (read only; new inputs go to
 #                              $BUILD/fuzz/corpus/NAME); non-zero exit if any target crashed
@@ -14,22 +15,33 @@ SECS=${FUZZ_SECONDS:-60}
 if [ "${1:-}" = "--check" ]; then
     if ! command -v "$FUZZ_CC" >/dev/null 2>&1; then
         echo "fuzz: skipped: $FUZZ_CC not found (apt-get install clang libclang-rt-14-dev)"
-        exit 1
+        exit 77
     fi
     dir=$(mktemp -d) || exit 1
     printf '%s\n' 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n);' \
         'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)' \
         '{ return (int)(n & 0) + (d == 0); }' >"$dir/t.c"
-    if ! "$FUZZ_CC" -fsanitize=fuzzer,address,undefined -o "$dir/t" "$dir/t.c" >/dev/null 2>&1; then
+    if ! "$FUZZ_CC" -fsanitize=fuzzer,address,undefined -o "$dir/t" "$dir/t.c" >"$dir/log" 2>&1; then
+        # Without its libFuzzer runtime the compiler cannot do it: that is a package not
+        # installed. With the runtime there, the compiler is broken: that fails.
+        rt=$("$FUZZ_CC" -print-runtime-dir 2>/dev/null)
+        if ls "$rt"/libclang_rt.fuzzer*.a >/dev/null 2>&1; then
+            echo "fuzz: FAIL: $FUZZ_CC has its libFuzzer runtime ($rt) but cannot link" \
+                "-fsanitize=fuzzer:"
+            tail -n 20 "$dir/log"
+            rm -rf "$dir"
+            exit 1
+        fi
         rm -rf "$dir"
-        echo "fuzz: skipped: $FUZZ_CC cannot link -fsanitize=fuzzer" \
+        echo "fuzz: skipped: $FUZZ_CC cannot link -fsanitize=fuzzer, no libFuzzer runtime" \
             "(apt-get install libclang-rt-14-dev)"
-        exit 1
+        exit 77
     fi
     rm -rf "$dir"
     exit 0
 fi
 
+[ $# -gt 0 ] || { echo "usage: fuzz.sh --check | fuzz.sh NAME..." >&2; exit 2; }
 failed=0
 for name in "$@"; do
     bin=$BUILD/fuzz/fuzz_$name

@@ -13,7 +13,9 @@
 #                   fresh clones, real ucx and ib code checked; then CHORUS_DEPS=min
 #
 # --ci (.ci/run, which has just run the quick start in its own fresh clone): the README
-# blocks other than the quick start, in place, and no fresh-machine runs (20 minutes).
+# blocks other than the quick start, in place, and no fresh-machine runs (20 minutes): that
+# step is then a SKIP line. A step's PART-SKIP lines (parts it could not run) are SKIP
+# lines of their own, counted as skipped.
 set -u
 BUILD=${BUILD:-build}
 CI_MODE=0
@@ -36,6 +38,14 @@ step() {
     else
         NFAIL=$((NFAIL + 1)); printf 'FAIL  install/%-20s %5ss  exit %s\n' "$name" "$t" "$rc"
     fi
+    if [ "$rc" -ne 77 ]; then
+        tab=$(printf '\t')
+        sed -n 's/^PART-SKIP \([^:]*\): \(skipped: .*\)$/\1\t\2/p' "$LOGDIR/$name.log" |
+            while IFS="$tab" read -r part reason; do
+                printf 'SKIP  install/%-20s %5s   %s\n' "$name/$part" "-" "$reason"
+            done
+        NSKIP=$((NSKIP + $(grep -c '^PART-SKIP [^:]*: skipped: ' "$LOGDIR/$name.log")))
+    fi
     sed 's/^/      /' "$LOGDIR/$name.log"
 }
 export BUILD
@@ -44,6 +54,9 @@ step python sh tests/install/test_python_install.sh
 step deb sh tests/install/test_deb.sh
 if [ "$CI_MODE" -eq 1 ]; then
     step readme sh tests/readme/test_readme.sh --in-place --quickstart-done
+    NSKIP=$((NSKIP + 1))
+    printf 'SKIP  install/%-20s %5s   %s\n' fresh-machine - \
+        "skipped: --ci (20 minutes; run make test-install for it)"
 else
     step readme sh tests/readme/test_readme.sh
     step fresh-machine sh tests/install/test_fresh_machine.sh --min

@@ -62,6 +62,8 @@ if command -v cmake >/dev/null 2>&1; then
     else
         tail -n 20 "$TMP/cmake.log"; fail "cmake find_package(Chorus) with the package"
     fi
+else
+    echo "PART-SKIP cmake: skipped: cmake not found (apt-get install cmake)"
 fi
 /usr/bin/chorus-bench --version | grep -q '^chorus ' || fail "/usr/bin/chorus-bench --version"
 

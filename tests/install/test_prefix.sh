@@ -4,8 +4,8 @@
 # built against that prefix through pkg-config (shared and --static) and through CMake
 # (Chorus::chorus and Chorus::chorus_static), and from the build tree (-Lbuild/lib, its
 # chorus.pc and its CMake package); each program runs on 2 ranks under chorusrun and as
-# two processes that pass the id by file. Needs a built tree (make) and cmake (skips
-# without it, saying so).
+# two processes that pass the id by file. Needs a built tree (make); without cmake the
+# CMake builds are skipped, each with a PART-SKIP line, and the rest still runs.
 set -u
 BUILD=${BUILD:-build}
 [ -f "$BUILD/config.mk" ] && [ -x "$BUILD/bin/chorusrun" ] || {
@@ -73,8 +73,7 @@ if command -v cmake >/dev/null 2>&1; then
         fail "find_package(Chorus 9.0) accepted version $ver"
     else ok "find_package(Chorus 9.0) refused $ver"; fi
 else
-    echo "cmake: skipped: cmake not found (apt-get install cmake)"
-    SKIPPED=1
+    echo "PART-SKIP cmake-prefix: skipped: cmake not found (apt-get install cmake)"
 fi
 
 # From the build tree, without installing: plain -L, its chorus.pc, its CMake package.
@@ -94,8 +93,13 @@ if command -v cmake >/dev/null 2>&1; then
     else
         tail -n 20 "$TMP/cmake-tree.log"; fail "cmake against the build tree"
     fi
+else
+    echo "PART-SKIP cmake-tree: skipped: cmake not found (apt-get install cmake)"
 fi
 
 [ "$FAILED" -eq 0 ] || exit 1
-[ "${SKIPPED:-0}" -eq 0 ] || exit 77
-echo "install: prefix, pkg-config (shared, --static), CMake (shared, static) and build tree: ok"
+if command -v cmake >/dev/null 2>&1; then
+    echo "install: prefix, pkg-config (shared, --static), CMake (shared, static) and build tree: ok"
+else
+    echo "install: prefix, pkg-config (shared, --static) and build tree: ok (CMake skipped)"
+fi

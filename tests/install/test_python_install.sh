@@ -4,6 +4,7 @@
 # --target <dir> python/` (offline) against that installed Chorus. Each copy must load the
 # installed libchorus (not the build tree's), pass tests/python/test_package.py on 2 ranks,
 # and, where torch is there, run torch.distributed with backend "chorus". Debian's python3.
+# A part that cannot run here (no torch backend in the build, no pip) prints a PART-SKIP line.
 set -u
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -54,6 +55,9 @@ check_copy() { # LABEL PYTHONPATH
         else
             tail -n 20 "$TMP/torch.log"; fail "$label: torch.distributed with backend chorus"
         fi
+    else
+        echo "PART-SKIP torch-$(echo "$label" | tr ' ' -): skipped: built without the torch" \
+            "backend (apt-get install python3-torch libtorch-dev)"
     fi
 }
 
@@ -70,7 +74,7 @@ if "$PYTHON" -m pip --version >/dev/null 2>&1; then
     fi
     rm -rf python/build python/chorus.egg-info python/chorus/_libpath.py
 else
-    echo "pip: skipped: no pip for $PYTHON (apt-get install python3-pip)"
+    echo "PART-SKIP pip: skipped: no pip for $PYTHON (apt-get install python3-pip)"
 fi
 [ "$FAILED" -eq 0 ] || exit 1
 echo "python install: make install and pip install both work"

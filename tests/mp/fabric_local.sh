@@ -39,7 +39,7 @@ rc=$?
 
 # The run cannot start: the ib transport on a machine without an RDMA device.
 if [ -n "$(ls -A /sys/class/infiniband 2>/dev/null)" ]; then
-    echo "ib without an RDMA device: skipped: this machine has one" \
+    echo "PART-SKIP ib-without-device: skipped: this machine has an RDMA device" \
         "($(ls /sys/class/infiniband | head -n 1))"
 else
     CHORUS_TRANSPORT=ib "$RUN" -n 2 -q --timeout 30 -- "$FABRIC" --time-budget 10 \

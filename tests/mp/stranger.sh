@@ -82,8 +82,13 @@ sed 's/^/wave 2: /' "$TMP/wave2.out"
 [ $rc -eq 0 ] || fail "the job failed while strangers knocked"
 [ "$(grep -l 'all exact' "$TMP"/out.* | wc -l)" -eq $N ] || fail "not every rank was exact"
 [ $w1 -eq 0 ] || fail "wave 1: a bad connection was not refused (status $w1)"
-# The second wave may find no listener left (status 3): the job has closed them.
-[ $w2 -eq 0 ] || [ $w2 -eq 3 ] || fail "wave 2: a bad connection was not refused (status $w2)"
+# The second wave may find no listener left (status 3): the job has closed them, and the
+# wave then knocked nowhere, which is a part not run rather than one passed.
+if [ $w2 -eq 3 ]; then
+    echo "PART-SKIP wave2: skipped: the job had closed its listeners before the second wave"
+elif [ $w2 -ne 0 ]; then
+    fail "wave 2: a bad connection was not refused (status $w2)"
+fi
 refusals=$(cat "$TMP"/err.* | grep -c 'auth: .*\(refused\|dropped\)')
 root_refusals=$(grep -c 'auth: .*\(refused\|dropped\)' "$TMP/err.0")
 echo "auth refusals logged: $refusals in all, $root_refusals by rank 0"

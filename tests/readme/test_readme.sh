@@ -60,6 +60,7 @@ awk -v dir="$BLOCKS" -v qs_done="$QS_DONE" '
             if (file != "") { out = sprintf("%s/%03d.file", dir, n); printf "%s\n", file > out }
             else if (lang == "sh" && !skip) { out = sprintf("%s/%03d.sh", dir, n)
                 printf "# README.md, section \"%s\"\n", section > out }
+            else if (lang == "sh") nleft++
             file = ""
             next
         }
@@ -67,7 +68,11 @@ awk -v dir="$BLOCKS" -v qs_done="$QS_DONE" '
     }
     inblock && out != "" { print > out }
     !inblock && NF { file = ($0 ~ /^<!-- file:/) ? file : "" }
+    END { print nleft + 0 > (dir "/../left_out") }
 ' "$REPO/README.md"
+# Not a skip: the caller of --quickstart-done has run these blocks itself, just before.
+[ "$QS_DONE" -eq 0 ] ||
+    echo "left out $(cat "$TMP/left_out") Quick start blocks (--quickstart-done: the caller ran them)"
 
 NPASS=0
 NFAIL=0
