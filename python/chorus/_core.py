@@ -1,6 +1,9 @@
 """Communicators, collectives and requests over libchorus (see the package docstring)."""
 
+import atexit
+import collections
 import ctypes
+import threading
 
 from . import _lib
 from ._lib import lib
@@ -114,50 +117,144 @@ def _op(op):
         raise ValueError(f"chorus: unknown op {op!r} (sum, prod, min, max, avg)") from None
 
 
+# ---- Operations in flight, and the buffers they own ----
+#
+# The library reads and writes an operation's buffers until the operation is over, whoever
+# still holds its Request. So the buffers are owned here, not by the Request: every
+# operation in flight is an _Op in _INFLIGHT (its C request and the arrays it uses) until
+# it is known to be complete. A Request dropped unfinished (its last reference gone, its
+# __del__ run) puts its _Op on _ORPHANS, which _reap() polls with chorus_test at the next
+# call on any communicator and when a communicator is destroyed (which ends everything in
+# flight on it): only then are the buffers released.
+#
+# Why not wait in __del__: a finalizer runs wherever the last reference goes, on any thread
+# and during interpreter exit, and waiting there can block for as long as a peer takes (or
+# forever, for a receive whose send is never made) with the caller's locks held. Polling
+# never blocks. At exit (_at_exit, run by atexit before the modules are torn down) what is
+# still in flight is leaked on purpose, so that no buffer the progress thread may still
+# touch is ever freed: the process is ending, and its memory goes with it.
+#
+# _LOCK makes a chorus_test on a request exclusive with chorus_comm_destroy of its
+# communicator (the library frees the communicator's queue there, which a test on a pending
+# request uses) and with another thread's poll of the same orphan. It is reentrant because
+# a finalizer (Request.__del__, Comm.__del__) may run inside _reap on the same thread; that
+# happens between Python statements, never inside a C call, and a request whose
+# communicator was destroyed is complete, so a test of it touches nothing else.
+
+
+class _Op:
+    """An operation in flight: its C request and the buffers it uses (kept alive)."""
+
+    __slots__ = ("h", "keep")
+
+    def __init__(self, handle, keep):
+        self.h = handle
+        self.keep = keep
+
+
+_INFLIGHT = {}  # id(op) -> op, from issue until complete
+_ORPHANS = collections.deque()  # ops of dropped unfinished Requests, polled by _reap
+_LOCK = threading.RLock()
+_ALIVE = True  # False from _at_exit on (None once the module is torn down)
+
+
+def _retire(op):
+    """op is complete (its C request freed by chorus_wait/chorus_test): release its buffers."""
+    _INFLIGHT.pop(id(op), None)
+    op.keep = None
+
+
+def _poll(op):
+    """chorus_test on op (lock held): (True, status) once complete, else (False, SUCCESS)."""
+    if not op.h:
+        return True, SUCCESS
+    done = ctypes.c_int(0)
+    status = lib.chorus_test(ctypes.byref(op.h), ctypes.byref(done))
+    return bool(done.value), status
+
+
+def _reap():
+    """Releases the buffers of the dropped requests that have completed; never blocks."""
+    if not _ORPHANS:
+        return
+    with _LOCK:
+        # A finalizer run meanwhile may append to or (through Comm.destroy) empty the deque.
+        for _ in range(len(_ORPHANS)):
+            try:
+                op = _ORPHANS.popleft()
+            except IndexError:
+                break
+            done, _status = _poll(op)  # a dropped request's status is dropped with it
+            if done:
+                _retire(op)
+            else:
+                _ORPHANS.append(op)
+
+
+def _at_exit():
+    # What is still in flight now may be running on a progress thread until the process
+    # ends: its buffers must survive the teardown of the modules, which drops _INFLIGHT.
+    global _ALIVE
+    _reap()
+    _ALIVE = False
+    for op in list(_INFLIGHT.values()):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(op))
+
+
+atexit.register(_at_exit)
+
+
 class Request:
     """An operation in flight, from a collective called with ``async_op=True``.
 
     ``wait()`` blocks until it is complete and raises ChorusError if it failed;
-    ``is_completed()`` never blocks. The buffers must not be touched before completion;
-    the request keeps them alive until then.
+    ``is_completed()`` never blocks. The buffers must not be touched before completion.
+    They stay alive until the operation is over even if the Request is dropped unfinished
+    (the operation still runs; its status is then lost).
     """
 
     def __init__(self, handle, keep, result=None):
-        self._h = handle
-        self._keep = keep
+        op = _Op(handle, keep)
+        _INFLIGHT[id(op)] = op
+        self._op = op
         self._result = result
         self._error = None
 
     def _finish(self, status):
-        self._h = None
-        self._keep = None
+        _retire(self._op)
         if status != SUCCESS:
             self._error = ChorusError(status, lib.chorus_last_error().decode(errors="replace"))
 
     def wait(self):
         """Waits for completion; returns the result buffer (or None), raises on failure."""
-        if self._h is not None:
-            self._finish(lib.chorus_wait(ctypes.byref(self._h)))
+        if self._op.h:
+            self._finish(lib.chorus_wait(ctypes.byref(self._op.h)))
         if self._error is not None:
             raise self._error
         return self._result
 
     def is_completed(self):
         """True once the operation is over (successfully or not: wait() then says which)."""
-        if self._h is None:
+        if not self._op.h:
             return True
-        done = ctypes.c_int(0)
-        status = lib.chorus_test(ctypes.byref(self._h), ctypes.byref(done))
-        if done.value:
+        with _LOCK:
+            done, status = _poll(self._op)
+        if done:
             self._finish(status)
-            return True
-        return False
+        return done
 
     def __del__(self):
-        # An abandoned request still runs to completion in the library.
-        if getattr(self, "_h", None) is not None and lib is not None:
-            lib.chorus_request_free(ctypes.byref(self._h))
-            self._h = None
+        op = getattr(self, "_op", None)
+        if op is None or not op.h or _ALIVE is not True:
+            return  # complete, or the interpreter is ending (_at_exit kept the buffers)
+        # One test now: it frees what is already complete, and starts the send/recv batch the
+        # operation may be in, as the operation must still run (chorus_request_free would).
+        with _LOCK:
+            done, _status = _poll(op)
+            if done:
+                _retire(op)
+            else:
+                _ORPHANS.append(op)
 
 
 class Comm:
@@ -228,9 +325,18 @@ class Comm:
 
     def destroy(self):
         """Frees the communicator (local; operations in flight end with ABORTED)."""
-        if self._h:
+        if not self._h:
+            return
+        if _LOCK is None:
+            # This module is being torn down at exit (its globals are None): nothing polls
+            # requests any more, and _at_exit kept the buffers of those still in flight.
             lib.chorus_comm_destroy(self._h)
-            self._h = _lib.c_comm()
+        else:
+            # Under _LOCK: no test of one of its requests may run while its queue is freed.
+            with _LOCK:
+                lib.chorus_comm_destroy(self._h)
+                _reap()  # its dropped requests are complete now (ABORTED if they were not)
+        self._h = _lib.c_comm()
 
     def __enter__(self):
         return self
@@ -248,6 +354,7 @@ class Comm:
     # ---- calls ----
 
     def _call(self, async_op, keep, result, blocking, nonblocking, *args):
+        _reap()
         if async_op:
             req = _lib.c_req()
             _check(nonblocking(*args, self._handle(), ctypes.byref(req)))
@@ -325,6 +432,7 @@ class Comm:
 
     def barrier(self, async_op=False):
         """Returns once every rank has entered the barrier."""
+        _reap()
         if async_op:
             req = _lib.c_req()
             _check(lib.chorus_ibarrier(self._handle(), ctypes.byref(req)))

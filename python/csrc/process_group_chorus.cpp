@@ -20,6 +20,15 @@
 // lists of allreduce, broadcast, reduce, send and recv (as NCCL with one device per
 // process); otherwise a clear error. Device tensors are refused: this Debian torch is a CPU
 // build, so the CUDA stream path of Chorus cannot be reached through it.
+//
+// Arguments: every tensor list, size, dtype, split list, root and peer is checked on the
+// calling rank before anything is allocated or issued, and a bad one raises RuntimeError
+// (TORCH_CHECK) naming the operation and the rank. So a bad call made alike on every rank
+// fails on every rank at once, and no peer is left waiting on half an operation; and
+// Chorus never reads or writes past a tensor because of a split size it trusted.
+//
+// Tags: Chorus matches the messages between two ranks in the order they were sent and has
+// no tags (include/chorus.h), so send and recv refuse a nonzero tag rather than ignore it.
 
 #include <chorus.h>
 
@@ -32,6 +41,8 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -55,7 +66,14 @@ void check(chorus_status_t status) {
   if (status != CHORUS_SUCCESS) throw std::runtime_error(chorus_message(status));
 }
 
-chorus_dtype_t to_dtype(const at::Tensor& t, bool reducing, const char* what) {
+// An argument error of op on rank: RuntimeError "chorus: op: rank R: what...". The parts of
+// the message are formatted only when the check fails.
+template <typename... Args>
+void require(bool ok, const char* op, int rank, const Args&... what) {
+  TORCH_CHECK(ok, "chorus: ", op, ": rank ", rank, ": ", what...);
+}
+
+chorus_dtype_t to_dtype(const at::Tensor& t, bool reducing, const char* op, int rank) {
   switch (t.scalar_type()) {
     case at::kFloat: return CHORUS_FLOAT32;
     case at::kDouble: return CHORUS_FLOAT64;
@@ -70,13 +88,13 @@ chorus_dtype_t to_dtype(const at::Tensor& t, bool reducing, const char* what) {
       break;
     default: break;
   }
-  throw std::invalid_argument(std::string("chorus: ") + what + ": dtype " +
-                              std::string(c10::toString(t.scalar_type())) +
-                              " is not supported (float32/64, float16, bfloat16, int8, uint8, "
-                              "int32, int64)");
+  require(false, op, rank, "dtype ", c10::toString(t.scalar_type()),
+          " is not supported (float32/64, float16, bfloat16, int8, uint8, int32, int64",
+          reducing ? "; bool only where nothing is reduced)" : ", bool)");
+  return CHORUS_UINT8;  // not reached
 }
 
-chorus_op_t to_op(const c10d::ReduceOp& op, const char* what) {
+chorus_op_t to_op(const c10d::ReduceOp& op, const char* what, int rank) {
   switch (op.op_) {
     case c10d::ReduceOp::SUM: return CHORUS_SUM;
     case c10d::ReduceOp::PRODUCT: return CHORUS_PROD;
@@ -85,33 +103,65 @@ chorus_op_t to_op(const c10d::ReduceOp& op, const char* what) {
     case c10d::ReduceOp::AVG: return CHORUS_AVG;
     default: break;
   }
-  throw std::invalid_argument(std::string("chorus: ") + what +
-                              ": only SUM, PRODUCT, MIN, MAX and AVG are supported");
+  require(false, what, rank, "only SUM, PRODUCT, MIN, MAX and AVG are supported");
+  return CHORUS_SUM;  // not reached
 }
 
-void check_cpu(const at::Tensor& t, const char* what) {
-  if (!t.device().is_cpu())
-    throw std::invalid_argument(std::string("chorus: ") + what + ": a " +
-                                t.device().str() +
-                                " tensor; this build of the backend takes CPU tensors");
+void check_cpu(const at::Tensor& t, const char* op, int rank) {
+  require(t.defined(), op, rank, "an undefined tensor");
+  require(t.device().is_cpu(), op, rank, "a ", t.device().str(),
+          " tensor; this build of the backend takes CPU tensors");
 }
 
-const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
-  if (ts.size() != 1)
-    throw std::invalid_argument(std::string("chorus: ") + what + ": expects one tensor per "
-                                "process, got " + std::to_string(ts.size()));
-  check_cpu(ts[0], what);
+// Every tensor of ts on the CPU and of dtype (that of the first when none is given).
+void check_list(const std::vector<at::Tensor>& ts, const char* op, int rank,
+                c10::optional<at::ScalarType> dtype = c10::nullopt) {
+  for (size_t i = 0; i < ts.size(); i++) {
+    check_cpu(ts[i], op, rank);
+    at::ScalarType want = dtype ? *dtype : ts[0].scalar_type();
+    require(ts[i].scalar_type() == want, op, rank, "tensor ", i, " is ",
+            c10::toString(ts[i].scalar_type()), ", not ", c10::toString(want),
+            " as the others");
+  }
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* op, int rank) {
+  require(ts.size() == 1, op, rank, "expects one tensor per process, got ", ts.size());
+  check_cpu(ts[0], op, rank);
   return ts[0];
+}
+
+void check_root(int64_t root, int64_t root_tensor, int size, const char* op, int rank) {
+  require(root >= 0 && root < size, op, rank, "root ", root, " is not a rank of this group (0..",
+          size - 1, ")");
+  require(root_tensor == 0, op, rank, "rootTensor ", root_tensor,
+          ": one tensor per process, so 0");
+}
+
+void check_peer(int peer, int tag, int size, const char* op, int rank) {
+  require(peer >= 0 && peer < size, op, rank, "peer ", peer, " is not a rank of this group (0..",
+          size - 1, ")");
+  require(tag == 0, op, rank, "tag ", tag, " (peer ", peer,
+          "): Chorus matches the messages between two ranks in the order sent and has no "
+          "tags, so only tag 0 is accepted");
 }
 
 }  // namespace
 
 // The completion queue, shared by the process group and its Works (a Work may outlive its
-// group): the lock, the condition both sides wait on, and the Works in issue order.
+// group): the lock, the condition both sides wait on, the Works in issue order, and the
+// Works completed since the last call.
+//
+// The completion thread never drops a reference to a tensor: the last reference to one whose
+// Python object torch keeps alive from C++ destroys that object, which takes the GIL, and a
+// thread that asks for the GIL while the interpreter exits is ended on the spot (in a
+// destructor, std::terminate). So a completed Work, with its tensors and staging buffers,
+// goes to `finished`, released by the next call on the group or by its destructor.
 struct CompletionQueue {
   std::mutex lock;
   std::condition_variable cv;
   std::deque<c10::intrusive_ptr<class ChorusWork>> works;
+  std::vector<c10::intrusive_ptr<class ChorusWork>> finished;
   bool stop = false;
 };
 
@@ -175,8 +225,6 @@ class ChorusWork : public c10d::Work {
     } else if (!msg.empty()) {
       error = std::make_exception_ptr(std::runtime_error(msg));
     }
-    keep.clear();
-    after = nullptr;
     if (error) {
       future_->setError(error);
     } else {
@@ -200,7 +248,7 @@ class ChorusWork : public c10d::Work {
 
   std::vector<chorus_request_t> requests;
   std::function<void()> after;  // on success, after every request
-  std::vector<at::Tensor> keep;  // staging buffers alive until the end
+  std::vector<at::Tensor> keep;  // staging buffers alive until the Work is released
   bool is_p2p = false;
   bool kicked = false;  // under queue->lock
   std::shared_ptr<CompletionQueue> queue;
@@ -242,7 +290,16 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
       q_->stop = true;
     }
     q_->cv.notify_all();
-    thread_.join();
+    // Python drops a group with the GIL held, and the completion thread may need the GIL to
+    // finish: releasing the last reference to a tensor whose Python object torch keeps
+    // alive from C++ destroys that object. So the join waits without the GIL.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      thread_.join();
+    } else {
+      thread_.join();
+    }
+    q_->finished.clear();  // with the GIL again, if it was held (and they hold q_: a cycle)
     chorus_comm_destroy(comm_);
   }
 
@@ -260,33 +317,31 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    const at::Tensor& t = single(tensors, "allreduce");
+    const int rank = getRank();
+    const at::Tensor& t = single(tensors, "allreduce", rank);
+    const chorus_dtype_t dt = to_dtype(t, true, "allreduce", rank);
+    const chorus_op_t op = to_op(opts.reduceOp, "allreduce", rank);
     auto work = make_work(c10d::OpType::ALLREDUCE, tensors);
     at::Tensor buf = staged(work, t);
     chorus_request_t req;
-    check(chorus_iallreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(),
-                            to_dtype(t, true, "allreduce"), to_op(opts.reduceOp, "allreduce"),
-                            comm_, &req));
+    check(chorus_iallreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op, comm_, &req));
     return submit(work, {req});
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
-    if (tensors.empty()) throw std::invalid_argument("chorus: allreduce_coalesced: no tensors");
-    for (auto& t : tensors) {
-      check_cpu(t, "allreduce_coalesced");
-      if (t.scalar_type() != tensors[0].scalar_type())
-        throw std::invalid_argument("chorus: allreduce_coalesced: tensors differ in dtype");
-    }
+    const int rank = getRank();
+    require(!tensors.empty(), "allreduce_coalesced", rank, "no tensors");
+    check_list(tensors, "allreduce_coalesced", rank);
+    const chorus_dtype_t dt = to_dtype(tensors[0], true, "allreduce_coalesced", rank);
+    const chorus_op_t op = to_op(opts.reduceOp, "allreduce_coalesced", rank);
     auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, tensors);
     std::vector<at::Tensor> flat_in;
     for (auto& t : tensors) flat_in.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(flat_in);
     work->keep.push_back(flat);
     chorus_request_t req;
-    check(chorus_iallreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
-                            to_dtype(tensors[0], true, "allreduce_coalesced"),
-                            to_op(opts.reduceOp, "allreduce_coalesced"), comm_, &req));
+    check(chorus_iallreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), dt, op, comm_, &req));
     std::vector<at::Tensor> outs = tensors;
     work->after = [outs, flat]() mutable {
       int64_t off = 0;
@@ -300,46 +355,52 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
-    const at::Tensor& t = single(tensors, "broadcast");
+    const int rank = getRank();
+    const at::Tensor& t = single(tensors, "broadcast", rank);
+    check_root(opts.rootRank, opts.rootTensor, getSize(), "broadcast", rank);
+    const chorus_dtype_t dt = to_dtype(t, false, "broadcast", rank);
     auto work = make_work(c10d::OpType::BROADCAST, tensors);
     at::Tensor buf = staged(work, t);
     chorus_request_t req;
-    check(chorus_ibroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(),
-                            to_dtype(t, false, "broadcast"), (int)opts.rootRank, comm_, &req));
+    check(chorus_ibroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, (int)opts.rootRank,
+                            comm_, &req));
     return submit(work, {req});
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
-    const at::Tensor& t = single(tensors, "reduce");
+    const int rank = getRank();
+    const at::Tensor& t = single(tensors, "reduce", rank);
+    check_root(opts.rootRank, opts.rootTensor, getSize(), "reduce", rank);
+    const chorus_dtype_t dt = to_dtype(t, true, "reduce", rank);
+    const chorus_op_t op = to_op(opts.reduceOp, "reduce", rank);
     auto work = make_work(c10d::OpType::REDUCE, tensors);
     at::Tensor buf = staged(work, t);
     chorus_request_t req;
-    check(chorus_ireduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), to_dtype(t, true, "reduce"),
-                         to_op(opts.reduceOp, "reduce"), (int)opts.rootRank, comm_, &req));
+    check(chorus_ireduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op, (int)opts.rootRank,
+                         comm_, &req));
     return submit(work, {req});
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions&) override {
-    const at::Tensor& in = single(inputs, "allgather");
-    if (outputs.size() != 1 || (int)outputs[0].size() != getSize())
-      throw std::invalid_argument("chorus: allgather: expects one list of " +
-                                  std::to_string(getSize()) + " output tensors");
-    for (auto& o : outputs[0]) {
-      check_cpu(o, "allgather");
-      if (o.numel() != in.numel() || o.scalar_type() != in.scalar_type())
-        throw std::invalid_argument("chorus: allgather: every output tensor must have the "
-                                    "input's size and dtype");
-    }
+    const int rank = getRank();
+    const at::Tensor& in = single(inputs, "allgather", rank);
+    const chorus_dtype_t dt = to_dtype(in, false, "allgather", rank);
+    require(outputs.size() == 1 && (int)outputs[0].size() == getSize(), "allgather", rank,
+            "expects one list of world_size (", getSize(), ") output tensors, got ",
+            outputs.size(), " lists of ", outputs.empty() ? 0 : outputs[0].size());
+    check_list(outputs[0], "allgather", rank, in.scalar_type());
+    for (size_t i = 0; i < outputs[0].size(); i++)
+      require(outputs[0][i].numel() == in.numel(), "allgather", rank, "output tensor ", i,
+              " has ", outputs[0][i].numel(), " elements, the input ", in.numel());
     auto work = make_work(c10d::OpType::ALLGATHER, outputs[0]);
     at::Tensor src = in.contiguous();
     at::Tensor flat = at::empty({(int64_t)getSize() * in.numel()}, in.options());
     work->keep = {src, flat};
     chorus_request_t req;
-    check(chorus_iallgather(src.data_ptr(), flat.data_ptr(), src.numel(),
-                            to_dtype(in, false, "allgather"), comm_, &req));
+    check(chorus_iallgather(src.data_ptr(), flat.data_ptr(), src.numel(), dt, comm_, &req));
     std::vector<at::Tensor> outs = outputs[0];
     int64_t n = in.numel();
     work->after = [outs, flat, n]() mutable {
@@ -351,66 +412,66 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions&) override {
-    check_cpu(input, "_allgather_base");
-    check_cpu(output, "_allgather_base");
-    if (output.numel() != input.numel() * getSize() ||
-        output.scalar_type() != input.scalar_type())
-      throw std::invalid_argument("chorus: _allgather_base: the output must hold world_size x "
-                                  "the input, same dtype");
+    const int rank = getRank();
+    check_list({input, output}, "_allgather_base", rank);
+    const chorus_dtype_t dt = to_dtype(input, false, "_allgather_base", rank);
+    require(output.numel() == input.numel() * getSize(), "_allgather_base", rank,
+            "the output has ", output.numel(), " elements, not world_size (", getSize(),
+            ") x the input's ", input.numel());
     std::vector<at::Tensor> outs = {output};
     auto work = make_work(c10d::OpType::_ALLGATHER_BASE, outs);
     at::Tensor src = input.contiguous();
     at::Tensor dst = staged(work, output);
     work->keep.push_back(src);
     chorus_request_t req;
-    check(chorus_iallgather(src.data_ptr(), dst.data_ptr(), src.numel(),
-                            to_dtype(input, false, "_allgather_base"), comm_, &req));
+    check(chorus_iallgather(src.data_ptr(), dst.data_ptr(), src.numel(), dt, comm_, &req));
     return submit(work, {req});
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
-    const at::Tensor& out = single(outputs, "reduce_scatter");
-    if (inputs.size() != 1 || (int)inputs[0].size() != getSize())
-      throw std::invalid_argument("chorus: reduce_scatter: expects one list of " +
-                                  std::to_string(getSize()) + " input tensors");
+    const int rank = getRank();
+    const at::Tensor& out = single(outputs, "reduce_scatter", rank);
+    const chorus_dtype_t dt = to_dtype(out, true, "reduce_scatter", rank);
+    const chorus_op_t op = to_op(opts.reduceOp, "reduce_scatter", rank);
+    require(inputs.size() == 1 && (int)inputs[0].size() == getSize(), "reduce_scatter", rank,
+            "expects one list of world_size (", getSize(), ") input tensors, got ",
+            inputs.size(), " lists of ", inputs.empty() ? 0 : inputs[0].size());
+    check_list(inputs[0], "reduce_scatter", rank, out.scalar_type());
     std::vector<at::Tensor> flat_in;
-    for (auto& t : inputs[0]) {
-      check_cpu(t, "reduce_scatter");
-      if (t.numel() != out.numel() || t.scalar_type() != out.scalar_type())
-        throw std::invalid_argument("chorus: reduce_scatter: every input tensor must have the "
-                                    "output's size and dtype");
-      flat_in.push_back(t.reshape({-1}));
+    for (size_t i = 0; i < inputs[0].size(); i++) {
+      require(inputs[0][i].numel() == out.numel(), "reduce_scatter", rank, "input tensor ", i,
+              " has ", inputs[0][i].numel(), " elements, the output ", out.numel());
+      flat_in.push_back(inputs[0][i].reshape({-1}));
     }
     auto work = make_work(c10d::OpType::REDUCE_SCATTER, outputs);
     at::Tensor flat = at::cat(flat_in);
     at::Tensor dst = staged(work, out);
     work->keep.push_back(flat);
     chorus_request_t req;
-    check(chorus_ireduce_scatter(flat.data_ptr(), dst.data_ptr(), dst.numel(),
-                                 to_dtype(out, true, "reduce_scatter"),
-                                 to_op(opts.reduceOp, "reduce_scatter"), comm_, &req));
+    check(chorus_ireduce_scatter(flat.data_ptr(), dst.data_ptr(), dst.numel(), dt, op, comm_,
+                                 &req));
     return submit(work, {req});
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
-    check_cpu(input, "_reduce_scatter_base");
-    check_cpu(output, "_reduce_scatter_base");
-    if (input.numel() != output.numel() * getSize() ||
-        output.scalar_type() != input.scalar_type())
-      throw std::invalid_argument("chorus: _reduce_scatter_base: the input must hold "
-                                  "world_size x the output, same dtype");
+    const int rank = getRank();
+    check_list({input, output}, "_reduce_scatter_base", rank);
+    const chorus_dtype_t dt = to_dtype(output, true, "_reduce_scatter_base", rank);
+    const chorus_op_t op = to_op(opts.reduceOp, "_reduce_scatter_base", rank);
+    require(input.numel() == output.numel() * getSize(), "_reduce_scatter_base", rank,
+            "the input has ", input.numel(), " elements, not world_size (", getSize(),
+            ") x the output's ", output.numel());
     std::vector<at::Tensor> outs = {output};
     auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, outs);
     at::Tensor src = input.contiguous();
     at::Tensor dst = staged(work, output);
     work->keep.push_back(src);
     chorus_request_t req;
-    check(chorus_ireduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(),
-                                 to_dtype(output, true, "_reduce_scatter_base"),
-                                 to_op(opts.reduceOp, "_reduce_scatter_base"), comm_, &req));
+    check(chorus_ireduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), dt, op, comm_,
+                                 &req));
     return submit(work, {req});
   }
 
@@ -418,37 +479,41 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                                std::vector<int64_t>& out_splits,
                                                std::vector<int64_t>& in_splits,
                                                const c10d::AllToAllOptions&) override {
-    check_cpu(input, "alltoall_base");
-    check_cpu(output, "alltoall_base");
-    if (input.scalar_type() != output.scalar_type())
-      throw std::invalid_argument("chorus: alltoall_base: input and output differ in dtype");
-    std::vector<at::Tensor> outs = {output};
-    auto work = make_work(c10d::OpType::ALLTOALL_BASE, outs);
-    at::Tensor src = input.contiguous();
-    at::Tensor dst = staged(work, output);
-    work->keep.push_back(src);
+    static const char* const kOp = "all_to_all_single (alltoall_base)";
+    const int rank = getRank();
     const int n = getSize();
-    chorus_dtype_t dt = to_dtype(input, false, "alltoall_base");
+    check_list({input, output}, kOp, rank);
+    const chorus_dtype_t dt = to_dtype(input, false, kOp, rank);
+    require(input.dim() > 0 && output.dim() > 0, kOp, rank,
+            "a 0-dimensional tensor has no first dimension to split");
     if (out_splits.empty() && in_splits.empty()) {
-      if (input.numel() != output.numel() || input.size(0) % n != 0)
-        throw std::invalid_argument("chorus: alltoall_base: equal splits need input and output "
-                                    "of the same size, dim 0 a multiple of world_size");
+      require(input.numel() == output.numel() && input.size(0) % n == 0, kOp, rank,
+              "equal splits need input and output of the same size (", input.numel(), " and ",
+              output.numel(), " elements), the first dimension (", input.size(0),
+              ") a multiple of world_size (", n, ")");
+      std::vector<at::Tensor> outs = {output};
+      auto work = make_work(c10d::OpType::ALLTOALL_BASE, outs);
+      at::Tensor src = input.contiguous();
+      at::Tensor dst = staged(work, output);
+      work->keep.push_back(src);
       chorus_request_t req;
       check(chorus_ialltoall(src.data_ptr(), dst.data_ptr(), src.numel() / n, dt, comm_, &req));
       return submit(work, {req});
     }
-    // Uneven splits: one send and one receive per peer, issued together (one group).
+    // Uneven splits: every row count checked against the tensor it indexes before any
+    // pointer is formed, then one send and one receive per peer, issued together (one group).
+    const std::vector<int64_t> in_s = checked_splits(in_splits, input, "input", kOp);
+    const std::vector<int64_t> out_s = checked_splits(out_splits, output, "output", kOp);
+    std::vector<at::Tensor> outs = {output};
+    auto work = make_work(c10d::OpType::ALLTOALL_BASE, outs);
     work->is_p2p = true;
-    int64_t row_in = input.dim() > 0 && input.size(0) > 0 ? input.numel() / input.size(0) : 0;
-    int64_t row_out =
-        output.dim() > 0 && output.size(0) > 0 ? output.numel() / output.size(0) : 0;
-    std::vector<int64_t> in_s = in_splits, out_s = out_splits;
-    if (in_s.empty()) in_s.assign(n, input.size(0) / n);
-    if (out_s.empty()) out_s.assign(n, output.size(0) / n);
-    if ((int)in_s.size() != n || (int)out_s.size() != n)
-      throw std::invalid_argument("chorus: alltoall_base: split sizes need world_size entries");
+    at::Tensor src = input.contiguous();
+    at::Tensor dst = staged(work, output);
+    work->keep.push_back(src);
+    const int64_t row_in = input.size(0) > 0 ? input.numel() / input.size(0) : 0;
+    const int64_t row_out = output.size(0) > 0 ? output.numel() / output.size(0) : 0;
     std::vector<chorus_request_t> reqs;
-    size_t es = input.element_size();
+    const size_t es = input.element_size();
     auto* sp = static_cast<char*>(src.data_ptr());
     auto* dp = static_cast<char*>(dst.data_ptr());
     int64_t soff = 0, doff = 0;
@@ -467,51 +532,59 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions&) override {
+    static const char* const kOp = "all_to_all (alltoall)";
+    const int rank = getRank();
     const int n = getSize();
-    if ((int)outputs.size() != n || (int)inputs.size() != n)
-      throw std::invalid_argument("chorus: alltoall: expects world_size input and output "
-                                  "tensors");
+    require((int)outputs.size() == n && (int)inputs.size() == n, kOp, rank,
+            "expects world_size (", n, ") input and output tensors, got ", inputs.size(),
+            " and ", outputs.size());
+    check_list(inputs, kOp, rank);
+    check_list(outputs, kOp, rank, inputs[0].scalar_type());
+    const chorus_dtype_t dt = to_dtype(inputs[0], false, kOp, rank);
     auto work = make_work(c10d::OpType::ALLTOALL, outputs);
     work->is_p2p = true;
     std::vector<chorus_request_t> reqs;
     for (int p = 0; p < n; p++) {
-      check_cpu(inputs[p], "alltoall");
-      check_cpu(outputs[p], "alltoall");
       at::Tensor src = inputs[p].contiguous();
       at::Tensor dst = staged(work, outputs[p]);
       work->keep.push_back(src);
       chorus_request_t rs, rr;
-      check(chorus_isend(src.data_ptr(), src.numel(), to_dtype(src, false, "alltoall"), p, comm_,
-                         &rs));
-      check(chorus_irecv(dst.data_ptr(), dst.numel(), to_dtype(dst, false, "alltoall"), p, comm_,
-                         &rr));
+      check(chorus_isend(src.data_ptr(), src.numel(), dt, p, comm_, &rs));
+      check(chorus_irecv(dst.data_ptr(), dst.numel(), dt, p, comm_, &rr));
       reqs.push_back(rs);
       reqs.push_back(rr);
     }
     return submit(work, reqs);
   }
 
-  // Tags are not matched: messages between two ranks arrive in the order sent.
+  // Chorus has no tags (messages between two ranks match in the order sent): a nonzero tag
+  // is refused, as matching it by order could pair it with the wrong message.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int /* tag */) override {
-    const at::Tensor& t = single(tensors, "send");
+                                      int tag) override {
+    const int rank = getRank();
+    const at::Tensor& t = single(tensors, "send", rank);
+    check_peer(dst, tag, getSize(), "send", rank);
+    const chorus_dtype_t dt = to_dtype(t, false, "send", rank);
     auto work = make_work(c10d::OpType::SEND, {});
     work->is_p2p = true;
     at::Tensor src = t.contiguous();
     work->keep.push_back(src);
     chorus_request_t req;
-    check(chorus_isend(src.data_ptr(), src.numel(), to_dtype(t, false, "send"), dst, comm_, &req));
+    check(chorus_isend(src.data_ptr(), src.numel(), dt, dst, comm_, &req));
     return submit(work, {req});
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int /* tag */) override {
-    const at::Tensor& t = single(tensors, "recv");
+                                      int tag) override {
+    const int rank = getRank();
+    const at::Tensor& t = single(tensors, "recv", rank);
+    check_peer(src, tag, getSize(), "recv", rank);
+    const chorus_dtype_t dt = to_dtype(t, false, "recv", rank);
     auto work = make_work(c10d::OpType::RECV, tensors);
     work->is_p2p = true;
     at::Tensor dst = staged(work, t);
     chorus_request_t req;
-    check(chorus_irecv(dst.data_ptr(), dst.numel(), to_dtype(t, false, "recv"), src, comm_, &req));
+    check(chorus_irecv(dst.data_ptr(), dst.numel(), dt, src, comm_, &req));
     return submit(work, {req});
   }
 
@@ -523,6 +596,35 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   }
 
  private:
+  // One side's split sizes of all_to_all_single, as row counts per peer: world_size entries,
+  // none negative, adding up to the first dimension of t (the sum never overflows: each
+  // entry is checked against what is left of it); or none given, for equal blocks (the first
+  // dimension then a multiple of world_size).
+  std::vector<int64_t> checked_splits(const std::vector<int64_t>& given, const at::Tensor& t,
+                                      const char* side, const char* op) {
+    const int rank = getRank();
+    const int n = getSize();
+    const int64_t rows = t.size(0);
+    if (given.empty()) {
+      require(rows % n == 0, op, rank, "no ", side, " split sizes, so equal blocks: the ", side,
+              "'s first dimension (", rows, ") must be a multiple of world_size (", n, ")");
+      return std::vector<int64_t>(n, rows / n);
+    }
+    require((int64_t)given.size() == n, op, rank, side, " split sizes [", c10::Join(", ", given),
+            "] have ", given.size(), " entries, not world_size (", n, ")");
+    int64_t left = rows;
+    for (int p = 0; p < n; p++) {
+      require(given[p] >= 0, op, rank, side, " split size ", p, " is negative: [",
+              c10::Join(", ", given), "]");
+      require(given[p] <= left, op, rank, side, " split sizes [", c10::Join(", ", given),
+              "] add up to more than the ", side, "'s first dimension (", rows, ")");
+      left -= given[p];
+    }
+    require(left == 0, op, rank, side, " split sizes [", c10::Join(", ", given), "] add up to ",
+            rows - left, ", not the ", side, "'s first dimension (", rows, ")");
+    return given;
+  }
+
   c10::intrusive_ptr<ChorusWork> make_work(c10d::OpType type, std::vector<at::Tensor> outputs) {
     return c10::make_intrusive<ChorusWork>(getRank(), type, std::move(outputs));
   }
@@ -546,9 +648,11 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                         std::vector<chorus_request_t> reqs) {
     work->requests = std::move(reqs);
     work->queue = q_;
+    std::vector<c10::intrusive_ptr<ChorusWork>> finished;  // released here, unlocked
     {
       std::lock_guard<std::mutex> lock(q_->lock);
       q_->works.push_back(work);
+      finished.swap(q_->finished);
     }
     q_->cv.notify_all();
     return work;
@@ -568,6 +672,8 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
           q_->cv.wait(lock, [&] { return work->kicked || q_->stop || !q_->works.empty(); });
       }
       work->complete();
+      std::lock_guard<std::mutex> lock(q_->lock);
+      q_->finished.push_back(std::move(work));
     }
   }
 

@@ -10,6 +10,12 @@
 #          sets them (chorusrun --torch-env), and on 2 ranks with tcp:// and file:// init
 # ddp      examples/torch/ddp_train.py: 50 steps of DDP with chorus, with gloo, and one
 #          process on the whole batch; the weights compared (tests/python/test_ddp.sh)
+# dropped  tests/python/test_dropped_request.py on 2-4 ranks: a Request dropped unfinished
+#          keeps its buffers alive until its operation ends (issue 36)
+# args     tests/python/test_torch_args.py on 1-4 ranks: the backend refuses bad split sizes,
+#          tags, lists, sizes and dtypes on every rank, before touching memory (issue 36)
+#
+# tests/python/asan.sh runs any of these under AddressSanitizer.
 #
 # Debian's interpreter runs it all (PYTHON, default /usr/bin/python3: the python3 first on
 # PATH may be another, without Debian's torch). A part whose packages are missing prints
@@ -33,6 +39,20 @@ package)
         echo "skipped: no torch for $PYTHON (apt-get install python3-torch)"; exit 77; fi
     exec "$RUN" -n "$n" --timeout 300 -- "$PYTHON" tests/python/test_package.py "$kind"
     ;;
+dropped)
+    kind=$2 n=$3
+    [ "$n" -ge 2 ] || { echo "FAIL: dropped needs 2 or more ranks" >&2; exit 2; }
+    if [ "$kind" = numpy ] && ! have NUMPY; then
+        echo "skipped: no numpy for $PYTHON (apt-get install python3-numpy)"; exit 77; fi
+    if [ "$kind" = torch ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+        echo "skipped: no torch for $PYTHON (apt-get install python3-torch)"; exit 77; fi
+    exec "$RUN" -n "$n" --timeout 300 -- "$PYTHON" tests/python/test_dropped_request.py "$kind"
+    ;;
+args)
+    n=$2
+    have TORCH || { echo "skipped: built without the torch backend (apt-get install python3-torch libtorch-dev)"; exit 77; }
+    exec "$RUN" -n "$n" --torch-env --timeout 300 -- "$PYTHON" tests/python/test_torch_args.py
+    ;;
 torch)
     how=$2 n=$3
     have TORCH || { echo "skipped: built without the torch backend (apt-get install python3-torch libtorch-dev)"; exit 77; }
@@ -46,7 +66,8 @@ torch)
     exec "$RUN" -n "$n" --torch-env --timeout 400 -- "$PYTHON" tests/python/test_torch_backend.py "$how"
     ;;
 *)
-    echo "usage: BUILD=dir sh tests/python/run.sh package numpy|torch N | torch env|tcp|file N" >&2
+    echo "usage: BUILD=dir sh tests/python/run.sh package numpy|torch N | torch env|tcp|file N |" \
+        "dropped numpy|torch N | args N" >&2
     exit 2
     ;;
 esac
