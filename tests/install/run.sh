@@ -12,9 +12,9 @@
 #   fresh-machine   the optional -dev packages removed, both orders of the quick start on
 #                   fresh clones, real ucx and ib code checked; then CHORUS_DEPS=min
 #
-# --ci (.ci/run, which has just run the quick start in its own fresh clone): the README
-# blocks other than the quick start, in place, and no fresh-machine runs (20 minutes): that
-# step is then a SKIP line. A step's PART-SKIP lines (parts it could not run) are SKIP
+# --ci (.ci/run, which has just run the quick start as written in its own fresh clone,
+# the optional packages removed): the README blocks other than the quick start, in place,
+# and of the fresh machines only the other order (make test && make bench) and --min. A step's PART-SKIP lines (parts it could not run) are SKIP
 # lines of their own, counted as skipped.
 set -u
 BUILD=${BUILD:-build}
@@ -54,9 +54,7 @@ step python sh tests/install/test_python_install.sh
 step deb sh tests/install/test_deb.sh
 if [ "$CI_MODE" -eq 1 ]; then
     step readme sh tests/readme/test_readme.sh --in-place --quickstart-done
-    NSKIP=$((NSKIP + 1))
-    printf 'SKIP  install/%-20s %5s   %s\n' fresh-machine - \
-        "skipped: --ci (20 minutes; run make test-install for it)"
+    step fresh-machine sh tests/install/test_fresh_machine.sh --other-order --min
 else
     step readme sh tests/readme/test_readme.sh
     step fresh-machine sh tests/install/test_fresh_machine.sh --min
