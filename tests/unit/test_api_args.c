@@ -1,7 +1,8 @@
 /*
  * The public API on a one-rank communicator in one process: every bad argument of every
  * entry point returns the documented status and a message naming the operation, and every
- * valid call gives the exact result (with one rank, each collective is a copy).
+ * valid call gives the exact result (with one rank, each collective is a copy). One test,
+ * test_split_order, runs 4 ranks as threads for chorus_comm_split's order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,8 @@
 #include <cmocka.h>
 
 #include "chorus.h"
+
+#include <pthread.h>
 #include "util/config.h"
 
 #define N 37 /* odd, so no algorithm lines up with it by chance */
@@ -362,7 +365,7 @@ static void test_partial_overlap(void **state)
 
 static void test_group_errors(void **state)
 {
-    int a[4] = {1, 2, 3, 4}, b[8] = {0};
+    int a[4] = {1, 2, 3, 4}, b[8] = {0}, a8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     chorus_comm_t c = g_comm;
     (void)state;
 
@@ -382,6 +385,14 @@ static void test_group_errors(void **state)
     EXPECT_OK(chorus_send(a, 4, CHORUS_INT32, 0, c, NULL));
     EXPECT_OK(chorus_recv(b, 8, CHORUS_INT32, 0, c, NULL));
     EXPECT_ERR(chorus_group_end(), CHORUS_ERR_INVALID_ARGUMENT, "16 bytes");
+    /* The other way round too: a larger send must not spill past the receive. */
+    b[4] = -9;
+    EXPECT_OK(chorus_group_start());
+    EXPECT_OK(chorus_send(a8, 8, CHORUS_INT32, 0, c, NULL));
+    EXPECT_OK(chorus_recv(b, 4, CHORUS_INT32, 0, c, NULL));
+    EXPECT_ERR(chorus_group_end(), CHORUS_ERR_INVALID_ARGUMENT,
+               "a send to self of 32 bytes meets a recv from self of 16 bytes");
+    assert_int_equal(b[4], -9);
 
     /* A bad call inside a group fails the whole group, and nothing runs. */
     b[0] = -7;
@@ -589,6 +600,63 @@ static void test_split(void **state)
     /* The parent still works. */
     EXPECT_OK(chorus_allreduce(v, w, 3, CHORUS_INT64, CHORUS_MAX, c, NULL));
     assert_memory_equal(v, w, sizeof v);
+}
+
+/* chorus_comm_split's order on 4 ranks (threads of this process, the one place in this
+ * file with more than one): a smaller key comes first, and ranks of equal key keep their
+ * order in the parent. */
+typedef struct {
+    chorus_unique_id_t id;
+    int rank;
+    int eq_rank;  /* in the split by parity with one key for all */
+    int rev_rank; /* in the split of everyone with key 1 for ranks 0-1, 0 for 2-3 */
+    chorus_status_t st;
+    char err[256];
+} split_rank_t;
+
+static void *split_rank_main(void *arg)
+{
+    split_rank_t *s = arg;
+    chorus_comm_t c = NULL, eq = NULL, rev = NULL;
+
+    s->st = chorus_comm_init(&c, 4, &s->id, s->rank);
+    if (s->st == CHORUS_SUCCESS) s->st = chorus_comm_split(c, s->rank % 2, 7, &eq);
+    if (s->st == CHORUS_SUCCESS) s->st = chorus_comm_rank(eq, &s->eq_rank);
+    if (s->st == CHORUS_SUCCESS) s->st = chorus_comm_split(c, 0, s->rank < 2 ? 1 : 0, &rev);
+    if (s->st == CHORUS_SUCCESS) s->st = chorus_comm_rank(rev, &s->rev_rank);
+    if (s->st != CHORUS_SUCCESS) snprintf(s->err, sizeof s->err, "%s", chorus_last_error());
+    if (rev != NULL) chorus_comm_destroy(rev);
+    if (eq != NULL) chorus_comm_destroy(eq);
+    if (c != NULL) chorus_comm_destroy(c);
+    return NULL;
+}
+
+static void test_split_order(void **state)
+{
+    split_rank_t ranks[4];
+    pthread_t th[4];
+    chorus_unique_id_t id;
+    const int want_eq[4] = {0, 0, 1, 1}, want_rev[4] = {2, 3, 0, 1};
+    (void)state;
+
+    EXPECT_OK(chorus_get_unique_id(&id));
+    for (int r = 0; r < 4; r++) {
+        memset(&ranks[r], 0, sizeof ranks[r]);
+        ranks[r].id = id;
+        ranks[r].rank = r;
+        ranks[r].eq_rank = ranks[r].rev_rank = -1;
+        assert_int_equal(pthread_create(&th[r], NULL, split_rank_main, &ranks[r]), 0);
+    }
+    for (int r = 0; r < 4; r++) assert_int_equal(pthread_join(th[r], NULL), 0);
+    for (int r = 0; r < 4; r++) {
+        if (ranks[r].st != CHORUS_SUCCESS) print_error("rank %d: %s\n", r, ranks[r].err);
+        assert_int_equal(ranks[r].st, CHORUS_SUCCESS);
+        if (ranks[r].eq_rank != want_eq[r] || ranks[r].rev_rank != want_rev[r])
+            print_error("rank %d: new ranks %d and %d, want %d and %d\n", r, ranks[r].eq_rank,
+                        ranks[r].rev_rank, want_eq[r], want_rev[r]);
+        assert_int_equal(ranks[r].eq_rank, want_eq[r]);
+        assert_int_equal(ranks[r].rev_rank, want_rev[r]);
+    }
 }
 
 /* Recovery calls: their arguments, and a shrink of a one-rank comm (the whole protocol with
@@ -833,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_self_sendrecv_group),
         cmocka_unit_test(test_self_sendrecv_order),
         cmocka_unit_test(test_split),
+        cmocka_unit_test(test_split_order),
         cmocka_unit_test(test_abort_then_destroy),
         cmocka_unit_test(test_revoke_shrink),
         cmocka_unit_test(test_algorithm_name_bad_args),

@@ -350,6 +350,67 @@ static void *stranger_main(void *arg)
     return NULL;
 }
 
+/* The root's admission (chorus__bs_root_admit) of hellos that passed authentication: the
+ * first admitted hello fixes the rank count; a rank that already arrived, a rank count that
+ * differs from it, a rank out of range, another comm or purpose are refused and change
+ * nothing. */
+static chorus_bs_hello_t root_hello(uint64_t comm_id, uint32_t rank, uint32_t nranks)
+{
+    chorus_bs_hello_t h;
+
+    memset(&h, 0, sizeof(h));
+    h.purpose = CHORUS_BS_PURPOSE_ROOT;
+    h.comm_id = comm_id;
+    h.rank = rank;
+    h.nranks = nranks;
+    h.addr = loopback((uint16_t)(40000 + rank));
+    return h;
+}
+
+static void test_root_admit(void **state)
+{
+    const uint64_t cid = 0x5151515151515151ull;
+    chorus_bs_root_tab_t tab;
+    chorus_bs_hello_t h;
+    (void)state;
+
+    memset(&tab, 0, sizeof(tab));
+    tab.comm_id = cid;
+    tab.name = "test root";
+    h = root_hello(cid, 1, 3);
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 1);
+    assert_int_equal(tab.nranks, 3);
+    assert_non_null(tab.fds);
+    assert_non_null(tab.table);
+    assert_int_equal(tab.fds[1], -1);
+    tab.fds[1] = 1001; /* what the caller does with an admitted rank (never closed here) */
+    tab.arrived++;
+
+    h = root_hello(cid, 1, 3); /* rank 1 again */
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 0);
+    h = root_hello(cid, 0, 2); /* fewer ranks than the first hello said */
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 0);
+    h = root_hello(cid, 0, 4); /* more */
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 0);
+    h = root_hello(cid, 3, 3); /* out of range */
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 0);
+    h = root_hello(cid + 1, 0, 3); /* another communicator */
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 0);
+    h = root_hello(cid, 0, 3);
+    h.purpose = CHORUS_BS_PURPOSE_RING;
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 0);
+    assert_int_equal(tab.nranks, 3);
+    assert_int_equal(tab.fds[0], -1);
+    assert_int_equal(tab.fds[2], -1);
+
+    h = root_hello(cid, 0, 3);
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 1);
+    h = root_hello(cid, 2, 3);
+    assert_int_equal(chorus__bs_root_admit(&tab, &h), 1);
+    free(tab.fds);
+    free(tab.table);
+}
+
 static void test_strangers_at_root(void **state)
 {
     struct sockaddr_storage lo = loopback(0);
@@ -768,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_ranks_2),
         cmocka_unit_test(test_ranks_5),
         cmocka_unit_test(test_ranks_ipv6),
+        cmocka_unit_test(test_root_admit),
         cmocka_unit_test(test_strangers_at_root),
         cmocka_unit_test(test_strangers_at_ring),
         cmocka_unit_test(test_timeout_and_abort),
