@@ -359,6 +359,23 @@ ifeq ($(HAVE_TORCH),1)
 endif
 	touch $@
 
+# The same package for torch 2.x from pip (configure's PIP_PYTHON, HAVE_PIP_TORCH), in a
+# directory of its own: PYTHONPATH=build/python-pip with that interpreter.
+PY_PIP_BUILD := $(BUILD)/python-pip
+PY_PIP_STAMP := $(PY_PIP_BUILD)/.built
+ifeq ($(HAVE_PIP_TORCH),1)
+all: $(PY_PIP_STAMP)
+endif
+$(PY_PIP_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp) $(SHARED_LIB) \
+        $(SHARED_LINKS) include/chorus.h $(CONFIG)
+	@mkdir -p $(PY_PIP_BUILD)/chorus
+	cp $(PY_SRCS) $(PY_PIP_BUILD)/chorus/
+	echo 'LIBRARY = "$(abspath $(BUILD))/lib/$(SONAME)"' > $(PY_PIP_BUILD)/chorus/_libpath.py
+	cd python && CHORUS_INCLUDE_DIR=$(abspath include) CHORUS_LIBRARY_DIR=$(abspath $(BUILD))/lib \
+	    $(PIP_PYTHON) setup.py -q build_ext --build-lib $(abspath $(PY_PIP_BUILD)) \
+	    --build-temp $(abspath $(BUILD))/python-pip-tmp
+	touch $@
+
 install: all
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR)
 	install -m 644 include/chorus.h $(DESTDIR)$(INCLUDEDIR)/

@@ -612,26 +612,41 @@ run_scripts() {
 # ---- Python: the chorus package and the torch.distributed backend (issue 17) ----
 
 run_python() {
+    # Both torch lines (tests/python/run.sh): Debian's torch 1.13 as python/..., torch 2.x
+    # from pip as python-pip/... (each line skipped, saying why, where its torch is absent).
+    for line in debian pip; do
+        run_python_line "$line"
+    done
+}
+
+run_python_line() {
+    line=$1
+    p=python
+    [ "$line" = pip ] && p=python-pip
+    py() { env TORCH_LINE="$line" sh tests/python/run.sh "$@"; }
     # The quick tier: the package and the backend on 2 ranks.
     for n in 2 $(full && echo 1 3 4); do
         for kind in numpy torch; do
-            run_test "python/package $kind n=$n" sh tests/python/run.sh package "$kind" "$n"
+            run_test "$p/package $kind n=$n" py package "$kind" "$n"
         done
-        run_test "python/torch env:// n=$n" sh tests/python/run.sh torch env "$n"
+        run_test "$p/torch env:// n=$n" py torch env "$n"
     done
     # Bad arguments on every rank (splits, tags, lists) and a request dropped while it runs.
-    run_test "python/torch bad arguments n=2" sh tests/python/run.sh args 2
-    run_test "python/dropped request numpy n=2" sh tests/python/run.sh dropped numpy 2
+    run_test "$p/torch bad arguments n=2" py args 2
+    run_test "$p/dropped request numpy n=2" py dropped numpy 2
     full || return 0
     for n in 1 3 4; do
-        run_test "python/torch bad arguments n=$n" sh tests/python/run.sh args "$n"
+        run_test "$p/torch bad arguments n=$n" py args "$n"
     done
-    run_test "python/dropped request torch n=2" sh tests/python/run.sh dropped torch 2
-    run_test "python/dropped request numpy n=4" sh tests/python/run.sh dropped numpy 4
-    run_test "python/torch tcp:// n=2" sh tests/python/run.sh torch tcp 2
-    run_test "python/torch file:// n=2" sh tests/python/run.sh torch file 2
-    run_test "python/ddp chorus vs gloo vs one process, 50 steps" timeout -k 5 600 \
-        sh tests/python/test_ddp.sh
+    run_test "$p/dropped request torch n=2" py dropped torch 2
+    run_test "$p/dropped request numpy n=4" py dropped numpy 4
+    run_test "$p/torch tcp:// n=2" py torch tcp 2
+    run_test "$p/torch file:// n=2" py torch file 2
+    run_test "$p/ddp chorus vs gloo vs one process, 50 steps" timeout -k 5 600 \
+        env TORCH_LINE="$line" sh tests/python/test_ddp.sh
+    # FSDP2 (fully_shard) is torch 2.x's: the pip line only.
+    [ "$line" = pip ] && run_test "$p/fsdp fully_shard chorus vs gloo, 40 steps" \
+        timeout -k 5 600 env TORCH_LINE="$line" sh tests/python/test_fsdp.sh
 }
 
 # ---- make check's groups beyond `all` ----

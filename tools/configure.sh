@@ -84,6 +84,25 @@ else
     line torch no "no torch.distributed backend (apt-get install python3-torch libtorch-dev)"
 fi
 
+# torch 2.x from pip: the python3 first on PATH when it is another interpreter than PYTHON
+# and has torch 2 or later (PIP_PYTHON names another). The backend is built for it too, in
+# $BUILD/python-pip (the extensions of two interpreters of one Python version share a file
+# name), and the Python tests run on both torch lines.
+PIP_PYTHON=${PIP_PYTHON:-$(command -v python3 2>/dev/null)}
+have_pip_torch=
+if [ -n "$PIP_PYTHON" ] && [ -x "$PIP_PYTHON" ] &&
+    [ "$("$PIP_PYTHON" -c 'import sys; print(sys.prefix)' 2>/dev/null)" != \
+      "$("$PYTHON" -c 'import sys; print(sys.prefix)' 2>/dev/null)" ] &&
+    "$PIP_PYTHON" -c 'import sys, torch, torch.utils.cpp_extension; sys.exit(int(torch.__version__.split(".")[0]) < 2)' >/dev/null 2>&1
+then
+    have_pip_torch=1
+    PIP_PYTHON=$("$PIP_PYTHON" -c 'import sys; print(sys.executable)')  # not pyenv's shim
+    line torch-pip yes "$("$PIP_PYTHON" -c 'import torch; print(torch.__version__)') in $PIP_PYTHON: the backend for torch 2.x too"
+else
+    PIP_PYTHON=
+    line torch-pip no "no torch 2.x: the backend is built and tested for Debian's torch only (pip install torch into the python3 first on PATH, or PIP_PYTHON=...)"
+fi
+
 # Test and benchmark tools: not part of the library, reported so that their tests' skips
 # are no surprise.
 tool() { # NAME FOUND WHAT-WITH WHAT-WITHOUT
@@ -118,6 +137,8 @@ HAVE_NVCC        := $have_nvcc
 PYTHON           := $PYTHON
 HAVE_NUMPY       := $have_numpy
 HAVE_TORCH       := $have_torch
+PIP_PYTHON       := $PIP_PYTHON
+HAVE_PIP_TORCH   := $have_pip_torch
 CONFIG_CPPFLAGS  :=$(echo "$cppflags" | tr -s ' ')
 CONFIG_LIBS      := $(echo "$libs" | tr -s ' ')
 PC_REQUIRES_PRIVATE := $requires

@@ -4,14 +4,17 @@
     torch.distributed.init_process_group("chorus", init_method="env://")
 
 Bootstraps through the Store that init_process_group makes (env://, tcp://, file://,
-torchrun), and implements allreduce (SUM, PRODUCT, MIN, MAX, AVG), allgather,
-_allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, reduce, alltoall,
-alltoall_base (with and without split sizes), send, recv and barrier on CPU tensors of
+torchrun), and implements allreduce (SUM, PRODUCT, MIN, MAX, AVG), allreduce_coalesced,
+allgather, allgather_coalesced, _allgather_base (all_gather_into_tensor), reduce_scatter,
+_reduce_scatter_base (reduce_scatter_tensor), broadcast, reduce, alltoall, alltoall_base
+(with and without split sizes), send, recv and barrier, and on torch 2.x the coalesced
+all_gather_into_tensor / reduce_scatter_tensor (_coalescing_manager), on CPU tensors of
 float32/64, float16, bfloat16, int8/uint8/int32/int64, every call asynchronous (the Work's
 wait(), is_completed() and get_future()). Errors raise RuntimeError carrying Chorus's
 message (rank, peer, operation). Options(reproducible=1|2) as pg_options makes a group's
 floating-point reductions reproducible (class Options below). The C++ side is
-python/csrc/process_group_chorus.cpp.
+python/csrc/process_group_chorus.cpp: one source for torch 1.13 (a c10d::ProcessGroup) and
+torch 2.x (a c10d::Backend registered for the cpu device).
 """
 
 import torch.distributed as _dist
@@ -59,6 +62,10 @@ def _create(opts, pg_options):
 
 if BACKEND.upper() not in _dist.Backend._plugins:
     # The extended API hands the creator the pg_options of init_process_group / new_group.
-    _dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+    # torch 2.x binds a backend to device types; this one takes CPU tensors.
+    if _torch_ext.torch_version_major >= 2:
+        _dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+    else:
+        _dist.Backend.register_backend(BACKEND, _create, extended_api=True)
 
 build_info = _torch_ext.build_info

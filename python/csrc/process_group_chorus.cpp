@@ -32,10 +32,14 @@
 
 #include <chorus.h>
 
+#include <torch/version.h>
 #include <ATen/ATen.h>
 #include <c10/util/intrusive_ptr.h>
 #include <pybind11/chrono.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -55,6 +59,17 @@
 #include <vector>
 
 namespace chorus_torch {
+
+// torch 2.0 split the ProcessGroup of 1.x in two: the ProcessGroup that Python holds (one
+// per group, dispatching by device type) and the c10d::Backend a library implements, which
+// torch.distributed.Backend.register_backend(..., devices=["cpu"]) binds to a device type.
+// The operations a backend overrides kept their names and signatures, so one class serves
+// both lines: it derives from whichever base this torch has.
+#if TORCH_VERSION_MAJOR >= 2
+using GroupBase = c10d::Backend;
+#else
+using GroupBase = c10d::ProcessGroup;
+#endif
 
 namespace {
 
@@ -258,11 +273,11 @@ class ChorusWork : public c10d::Work {
   c10::intrusive_ptr<at::ivalue::Future> future_;
 };
 
-class ProcessGroupChorus : public c10d::ProcessGroup {
+class ProcessGroupChorus : public GroupBase {
  public:
   ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout, int reproducible)
-      : c10d::ProcessGroup(rank, size) {
+      : GroupBase(rank, size) {
     chorus_unique_id_t id;
     const std::string key = "chorus/unique_id";
     if (rank == 0) {
@@ -305,7 +320,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "chorus"; }
 
-  static c10::intrusive_ptr<c10d::ProcessGroup> create(
+  static c10::intrusive_ptr<GroupBase> create(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
       const std::chrono::duration<float>& timeout, int reproducible) {
     return c10::make_intrusive<ProcessGroupChorus>(
@@ -474,6 +489,113 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                  &req));
     return submit(work, {req});
   }
+
+  // One allgather of every input laid end to end (so one message per step whatever the
+  // number of tensors), then each rank's block of each tensor copied to its output.
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions&) override {
+    static const char* const kOp = "allgather_coalesced";
+    const int rank = getRank();
+    const int n = getSize();
+    require(!inputs.empty(), kOp, rank, "no input tensors");
+    require(output_lists.size() == inputs.size(), kOp, rank, inputs.size(),
+            " input tensors but ", output_lists.size(), " output lists");
+    check_list(inputs, kOp, rank);
+    const chorus_dtype_t dt = to_dtype(inputs[0], false, kOp, rank);
+    std::vector<at::Tensor> flat_in, all_outs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+      require((int)output_lists[i].size() == n, kOp, rank, "output list ", i, " has ",
+              output_lists[i].size(), " tensors, not world_size (", n, ")");
+      check_list(output_lists[i], kOp, rank, inputs[0].scalar_type());
+      for (int r = 0; r < n; r++)
+        require(output_lists[i][r].numel() == inputs[i].numel(), kOp, rank, "output ", i, "[",
+                r, "] has ", output_lists[i][r].numel(), " elements, input ", i, " ",
+                inputs[i].numel());
+      flat_in.push_back(inputs[i].reshape({-1}));
+      all_outs.insert(all_outs.end(), output_lists[i].begin(), output_lists[i].end());
+    }
+    auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, all_outs);
+    at::Tensor src = at::cat(flat_in);
+    const int64_t total = src.numel();
+    at::Tensor flat = at::empty({(int64_t)n * total}, src.options());
+    work->keep = {src, flat};
+    chorus_request_t req;
+    check(chorus_iallgather(src.data_ptr(), flat.data_ptr(), total, dt, comm_, &req));
+    std::vector<std::vector<at::Tensor>> outs = output_lists;
+    work->after = [outs, flat, total, n]() mutable {
+      int64_t off = 0;
+      for (auto& list : outs) {
+        const int64_t len = list[0].numel();
+        for (int r = 0; r < n; r++)
+          list[r].copy_(flat.narrow(0, r * total + off, len).view(list[r].sizes()));
+        off += len;
+      }
+    };
+    return submit(work, {req});
+  }
+
+#if TORCH_VERSION_MAJOR >= 2
+  // torch 2.x's coalesced forms of all_gather_into_tensor and reduce_scatter_tensor
+  // (_coalescing_manager, FSDP): one Chorus collective per pair, issued back to back without
+  // waiting, completed together as one Work.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions&) override {
+    static const char* const kOp = "allgather_into_tensor_coalesced";
+    const int rank = getRank();
+    require(outputs.size() == inputs.size(), kOp, rank, inputs.size(), " inputs but ",
+            outputs.size(), " outputs");
+    for (size_t i = 0; i < inputs.size(); i++) {
+      check_list({inputs[i], outputs[i]}, kOp, rank);
+      to_dtype(inputs[i], false, kOp, rank);
+      require(outputs[i].numel() == inputs[i].numel() * getSize(), kOp, rank, "output ", i,
+              " has ", outputs[i].numel(), " elements, not world_size (", getSize(),
+              ") x input ", i, "'s ", inputs[i].numel());
+    }
+    auto work = make_work(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs);
+    std::vector<chorus_request_t> reqs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+      at::Tensor src = inputs[i].contiguous();
+      at::Tensor dst = staged(work, outputs[i]);
+      work->keep.push_back(src);
+      chorus_request_t req;
+      check(chorus_iallgather(src.data_ptr(), dst.data_ptr(), src.numel(),
+                              to_dtype(src, false, kOp, rank), comm_, &req));
+      reqs.push_back(req);
+    }
+    return submit(work, reqs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    static const char* const kOp = "reduce_scatter_tensor_coalesced";
+    const int rank = getRank();
+    require(outputs.size() == inputs.size(), kOp, rank, inputs.size(), " inputs but ",
+            outputs.size(), " outputs");
+    const chorus_op_t op = to_op(opts.reduceOp, kOp, rank);
+    for (size_t i = 0; i < inputs.size(); i++) {
+      check_list({inputs[i], outputs[i]}, kOp, rank);
+      to_dtype(outputs[i], true, kOp, rank);
+      require(inputs[i].numel() == outputs[i].numel() * getSize(), kOp, rank, "input ", i,
+              " has ", inputs[i].numel(), " elements, not world_size (", getSize(),
+              ") x output ", i, "'s ", outputs[i].numel());
+    }
+    auto work = make_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs);
+    std::vector<chorus_request_t> reqs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+      at::Tensor src = inputs[i].contiguous();
+      at::Tensor dst = staged(work, outputs[i]);
+      work->keep.push_back(src);
+      chorus_request_t req;
+      check(chorus_ireduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(),
+                                   to_dtype(dst, true, kOp, rank), op, comm_, &req));
+      reqs.push_back(req);
+    }
+    return submit(work, reqs);
+  }
+#endif
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& out_splits,
@@ -686,7 +808,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "The chorus backend of torch.distributed (registered by import chorus.torch)";
-  py::class_<chorus_torch::ProcessGroupChorus, c10d::ProcessGroup,
+  py::class_<chorus_torch::ProcessGroupChorus, chorus_torch::GroupBase,
              c10::intrusive_ptr<chorus_torch::ProcessGroupChorus>>(m, "ProcessGroupChorus");
   m.def("create_process_group", &chorus_torch::ProcessGroupChorus::create, py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("reproducible") = -1,
@@ -694,4 +816,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Makes a Chorus process group (torch.distributed calls it through the registered "
         "backend).");
   m.def("build_info", []() { return std::string(chorus_build_info()); });
+  m.attr("torch_version_major") = TORCH_VERSION_MAJOR;
 }

@@ -17,24 +17,25 @@
 #
 # tests/python/asan.sh runs any of these under AddressSanitizer.
 #
-# Debian's interpreter runs it all (PYTHON, default /usr/bin/python3: the python3 first on
-# PATH may be another, without Debian's torch). A part whose packages are missing prints
-# "SKIP ... skipped: <reason>" (exit 77 for the caller), never a pass.
+# Two torch lines (TORCH_LINE): debian (default) runs Debian's interpreter (PYTHON, default
+# /usr/bin/python3) with its torch 1.13 on $BUILD/python; pip runs the interpreter that
+# configure found with torch 2.x from pip (PIP_PYTHON in $BUILD/config.mk) on
+# $BUILD/python-pip. A part whose packages are missing prints "skipped: <reason>" (exit 77
+# for the caller), never a pass.
 set -u
 BUILD=${BUILD:-build}
-PYTHON=${PYTHON:-/usr/bin/python3}
+. tests/python/torch_line.sh
+[ "${TORCH_LINE:-debian}" = debian ] || have_torch || { echo "skipped: $NO_TORCH"; exit 77; }
 RUN="$BUILD/bin/chorusrun"
-export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
 export CHORUS_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset CHORUS_TRANSPORT CHORUS_ALGO RANK WORLD_SIZE MASTER_ADDR MASTER_PORT 2>/dev/null
-have() { grep -q "^HAVE_$1 *:= *1" "$BUILD/config.mk" 2>/dev/null; }
 "$PYTHON" -c 'import chorus' 2>/dev/null || {
-    echo "FAIL: $PYTHON cannot import chorus from $BUILD/python (run make)"; exit 1; }
+    echo "FAIL: $PYTHON cannot import chorus from $PYDIR (run make)"; exit 1; }
 case "${1:-}" in
 package)
     kind=$2 n=$3
-    if [ "$kind" = numpy ] && ! have NUMPY; then
-        echo "skipped: no numpy for $PYTHON (apt-get install python3-numpy)"; exit 77; fi
+    if [ "$kind" = numpy ] && ! "$PYTHON" -c 'import numpy' 2>/dev/null; then
+        echo "skipped: no numpy for $PYTHON (apt-get install python3-numpy, or pip install numpy)"; exit 77; fi
     if [ "$kind" = torch ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
         echo "skipped: no torch for $PYTHON (apt-get install python3-torch)"; exit 77; fi
     exec "$RUN" -n "$n" --timeout 300 -- "$PYTHON" tests/python/test_package.py "$kind"
@@ -42,20 +43,20 @@ package)
 dropped)
     kind=$2 n=$3
     [ "$n" -ge 2 ] || { echo "FAIL: dropped needs 2 or more ranks" >&2; exit 2; }
-    if [ "$kind" = numpy ] && ! have NUMPY; then
-        echo "skipped: no numpy for $PYTHON (apt-get install python3-numpy)"; exit 77; fi
+    if [ "$kind" = numpy ] && ! "$PYTHON" -c 'import numpy' 2>/dev/null; then
+        echo "skipped: no numpy for $PYTHON (apt-get install python3-numpy, or pip install numpy)"; exit 77; fi
     if [ "$kind" = torch ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
         echo "skipped: no torch for $PYTHON (apt-get install python3-torch)"; exit 77; fi
     exec "$RUN" -n "$n" --timeout 300 -- "$PYTHON" tests/python/test_dropped_request.py "$kind"
     ;;
 args)
     n=$2
-    have TORCH || { echo "skipped: built without the torch backend (apt-get install python3-torch libtorch-dev)"; exit 77; }
+    have_torch || { echo "skipped: $NO_TORCH"; exit 77; }
     exec "$RUN" -n "$n" --torch-env --timeout 300 -- "$PYTHON" tests/python/test_torch_args.py
     ;;
 torch)
     how=$2 n=$3
-    have TORCH || { echo "skipped: built without the torch backend (apt-get install python3-torch libtorch-dev)"; exit 77; }
+    have_torch || { echo "skipped: $NO_TORCH"; exit 77; }
     if [ "$how" = file ]; then
         f=$(mktemp -u "${TMPDIR:-/tmp}/chorus-torch-file.XXXXXX")
         "$RUN" -n "$n" --torch-env --timeout 400 -- "$PYTHON" tests/python/test_torch_backend.py file "$f"
