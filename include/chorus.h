@@ -286,6 +286,65 @@ chorus_status_t chorus_reduce(const void *sendbuf, void *recvbuf, size_t count,
 chorus_status_t chorus_alltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
                                 chorus_dtype_t dtype, chorus_comm_t comm, void *stream);
 
+/* ---- Rooted and irregular collectives ----
+ * Host memory only for now: device buffers or a non-NULL stream are
+ * CHORUS_ERR_UNSUPPORTED. Same rules as above (every rank calls them in the same order with
+ * matching arguments; a call where no rank has anything to move returns at once), and:
+ *  - Counts and displacements are in elements. Count arrays hold one entry per rank of comm
+ *    and are only read during the call (the nonblocking forms copy them).
+ *  - Matching: gather and scatter need the same sendcount / recvcount, dtype and root on
+ *    every rank; allgatherv and reduce_scatterv the same recvcounts array on every rank
+ *    (displs are each rank's own layout); alltoallv needs sendcounts[p] on this rank to
+ *    equal recvcounts[rank] on rank p. Ranks that disagree get CHORUS_ERR_MISMATCH (every
+ *    rank of the call, the message naming the rank that differs), never a hang or an
+ *    overrun; that is checked unless CHORUS_CHECK_CALLS=0. A disagreement on whether the
+ *    call moves anything at all (counts all 0 on some ranks) shows at the next call.
+ *  - Blocks of a receive buffer must not overlap (an element written twice), nor may a
+ *    block end beyond the address space or exceed 2^40 bytes: CHORUS_ERR_INVALID_ARGUMENT
+ *    naming the ranks whose blocks collide. Blocks of alltoallv's sendbuf may overlap (the
+ *    same data sent to several ranks).
+ *  - In place: gather with sendbuf == recvbuf + root * sendcount on root; scatter with
+ *    recvbuf == sendbuf + root * recvcount on root; allgatherv with sendbuf == recvbuf +
+ *    displs[rank]; reduce_scatterv with recvbuf == sendbuf + (recvcounts[0] + ... +
+ *    recvcounts[rank - 1]). alltoallv has no in-place form. Any other overlap of sendbuf
+ *    and recvbuf is CHORUS_ERR_INVALID_ARGUMENT. */
+
+/* On root, recvbuf[r * sendcount + i] = sendbuf of rank r [i]; recvbuf holds
+ * nranks * sendcount elements there and is not used elsewhere (may be NULL). As MPI_Gather
+ * and ncclGather. */
+chorus_status_t chorus_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                              chorus_dtype_t dtype, int root, chorus_comm_t comm, void *stream);
+
+/* recvbuf[i] = sendbuf of root [rank * recvcount + i]; sendbuf holds nranks * recvcount
+ * elements on root and is not used elsewhere (may be NULL). As MPI_Scatter and
+ * ncclScatter. */
+chorus_status_t chorus_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                               chorus_dtype_t dtype, int root, chorus_comm_t comm, void *stream);
+
+/* recvbuf[displs[r] + i] = sendbuf of rank r [i] for i < recvcounts[r], on every rank;
+ * sendcount must equal recvcounts[rank]. Elements of recvbuf outside the blocks are not
+ * touched. As MPI_Allgatherv. */
+chorus_status_t chorus_allgatherv(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                  const size_t *recvcounts, const size_t *displs,
+                                  chorus_dtype_t dtype, chorus_comm_t comm, void *stream);
+
+/* recvbuf[i] = op over ranks of sendbuf[off + i] for i < recvcounts[rank], where off is
+ * recvcounts[0] + ... + recvcounts[rank - 1]: sendbuf holds the sum of recvcounts, rank r's
+ * block after rank r - 1's. As MPI_Reduce_scatter. Not covered by reproducible
+ * communicators yet (its floating-point results may change with the ring order). */
+chorus_status_t chorus_reduce_scatterv(const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts, chorus_dtype_t dtype,
+                                       chorus_op_t op, chorus_comm_t comm, void *stream);
+
+/* recvbuf[rdispls[r] + i] = sendbuf of rank r [sdispls of rank r [rank] + i] for
+ * i < recvcounts[r]: rank r's sendcounts[rank] elements at its sdispls[rank] land at
+ * rdispls[r] here. sendcounts[rank] must equal recvcounts[rank]. Elements of recvbuf
+ * outside the blocks are not touched. As MPI_Alltoallv. */
+chorus_status_t chorus_alltoallv(const void *sendbuf, void *recvbuf, const size_t *sendcounts,
+                                 const size_t *sdispls, const size_t *recvcounts,
+                                 const size_t *rdispls, chorus_dtype_t dtype, chorus_comm_t comm,
+                                 void *stream);
+
 /* Point to point. Outside a group, a send on host memory blocks until the peer has posted
  * the matching receive and the data has left the buffer (as ncclSend: never count on a
  * send being buffered), and a recv until its data has arrived; on device memory both are
@@ -365,6 +424,24 @@ chorus_status_t chorus_ireduce(const void *sendbuf, void *recvbuf, size_t count,
 chorus_status_t chorus_ialltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
                                  chorus_dtype_t dtype, chorus_comm_t comm,
                                  chorus_request_t *req_p);
+chorus_status_t chorus_igather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                               chorus_dtype_t dtype, int root, chorus_comm_t comm,
+                               chorus_request_t *req_p);
+chorus_status_t chorus_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                chorus_dtype_t dtype, int root, chorus_comm_t comm,
+                                chorus_request_t *req_p);
+chorus_status_t chorus_iallgatherv(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   const size_t *recvcounts, const size_t *displs,
+                                   chorus_dtype_t dtype, chorus_comm_t comm,
+                                   chorus_request_t *req_p);
+chorus_status_t chorus_ireduce_scatterv(const void *sendbuf, void *recvbuf,
+                                        const size_t *recvcounts, chorus_dtype_t dtype,
+                                        chorus_op_t op, chorus_comm_t comm,
+                                        chorus_request_t *req_p);
+chorus_status_t chorus_ialltoallv(const void *sendbuf, void *recvbuf, const size_t *sendcounts,
+                                  const size_t *sdispls, const size_t *recvcounts,
+                                  const size_t *rdispls, chorus_dtype_t dtype,
+                                  chorus_comm_t comm, chorus_request_t *req_p);
 chorus_status_t chorus_ibarrier(chorus_comm_t comm, chorus_request_t *req_p);
 chorus_status_t chorus_isend(const void *buf, size_t count, chorus_dtype_t dtype, int peer,
                              chorus_comm_t comm, chorus_request_t *req_p);
@@ -393,10 +470,13 @@ chorus_status_t chorus_request_free(chorus_request_t *req_p);
 /* ---- Introspection ---- */
 
 /* The algorithm Chorus would choose on comm for `collective` ("allreduce", "allgather",
- * "reduce_scatter", "broadcast", "reduce", "alltoall", "barrier") of count elements of
- * dtype, as a static name ("ring", "tree", "rd", "pairwise", "dissemination"). count means
- * what it means in that collective's call (allgather: sendcount; reduce_scatter: recvcount;
- * alltoall: count per peer) and is ignored for "barrier"; dtype must be valid even there.
+ * "reduce_scatter", "broadcast", "reduce", "alltoall", "barrier", "gather", "scatter",
+ * "allgatherv", "reduce_scatterv", "alltoallv") of count elements of dtype, as a static
+ * name ("ring", "tree", "rd", "pairwise", "dissemination", "direct"). count means what it
+ * means in that collective's call (allgather, gather: sendcount; reduce_scatter, scatter:
+ * recvcount; alltoall: count per peer; the v-forms: one rank's block) and is ignored for
+ * "barrier"; dtype must be valid even there. The last five have one algorithm each, which
+ * chorus_algorithm_predict does not model (CHORUS_ERR_UNSUPPORTED).
  * The answer follows CHORUS_ALGO as read when comm was created. Local: it communicates
  * nothing. CHORUS_ERR_INVALID_ARGUMENT for a NULL comm, collective or name_p, an unknown
  * collective name or an unknown dtype. For tools and logs; the choice may change between

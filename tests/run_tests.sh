@@ -404,6 +404,7 @@ run_mp() {
         done
     done
     run_mp_nonblocking
+    run_mp_coll_v
     # CHORUS_TRACE (issue 19): the job's merged timeline, checked by rank 0 with a parser.
     tdir=$(mktemp -d "${TMPDIR:-/tmp}/chorus-trace.XXXXXX")
     for spec in tcp_3_--expect-steps $(full && echo tcp_4_--expect-steps auto_4); do
@@ -413,6 +414,52 @@ run_mp() {
             --timeout 120 -- "$BUILD/tests/mp_trace" ${3:-}
     done
     rm -rf "$tdir"
+}
+
+# gather, scatter and the v-forms (issue 41, tests/mp/coll_v.c and mismatch_v.c): the quick
+# tier on 1-4 ranks over shm and tcp (and ucx), the rest up to 8 ranks and with small chunks.
+run_mp_coll_v() {
+    cv="$BUILD/tests/mp_coll_v"
+    run_test "mp/coll_v n=1" env CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 1 --timeout 60 -- "$cv"
+    for n in 2 3 4; do
+        for tp in shm tcp; do
+            run_test "mp/coll_v n=$n transport=$tp --quick" env CHORUS_TRANSPORT="$tp" \
+                CHORUS_TIMEOUT=20 "$CHORUSRUN" -n "$n" --timeout 150 -- "$cv" --quick
+        done
+    done
+    run_test "mp/coll_v n=4 transport=tcp CHORUS_CHUNK_SIZE=4K" env CHORUS_TRANSPORT=tcp \
+        CHORUS_CHUNK_SIZE=4K CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 4 --timeout 150 -- "$cv" \
+        --dtypes int32,bfloat16
+    if grep -q '^HAVE_UCX *:= *1' "$BUILD/config.mk" 2>/dev/null; then
+        run_test "mp/coll_v n=3 transport=ucx --quick" env CHORUS_TRANSPORT=ucx UCX_TLS=tcp \
+            CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 3 --timeout 150 -- "$cv" --quick
+        full && run_test "mp/coll_v n=4 transport=ucx" env CHORUS_TRANSPORT=ucx \
+            UCX_TLS=sm,self CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 4 --timeout 150 -- "$cv"
+    fi
+    for c in gather-count scatter-count allgatherv reduce_scatterv alltoallv; do
+        run_test "mp/mismatch_v n=3 transport=tcp $c" env CHORUS_TRANSPORT=tcp CHORUS_TIMEOUT=5 \
+            "$CHORUSRUN" -n 3 --timeout 60 -- "$BUILD/tests/mp_mismatch_v" --case "$c"
+    done
+    full || return 0
+    for n in 2 3 4 5 6 7 8; do
+        for tp in shm tcp; do
+            run_test "mp/coll_v n=$n transport=$tp" env CHORUS_TRANSPORT="$tp" \
+                CHORUS_TIMEOUT=20 "$CHORUSRUN" -n "$n" --timeout 300 -- "$cv"
+        done
+    done
+    run_test "mp/coll_v n=5 transport=shm CHORUS_CHUNK_SIZE=4K" env CHORUS_TRANSPORT=shm \
+        CHORUS_CHUNK_SIZE=4K CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 5 --timeout 300 -- "$cv"
+    for c in gather-count gather-root scatter-count allgatherv reduce_scatterv alltoallv \
+        alltoallv-zero; do
+        for spec in shm_2 shm_4 tcp_2 tcp_4 ucx_4; do
+            tp=${spec%_*} n=${spec#*_}
+            if [ "$tp" = ucx ] && ! grep -q '^HAVE_UCX *:= *1' "$BUILD/config.mk" 2>/dev/null
+            then continue; fi
+            run_test "mp/mismatch_v n=$n transport=$tp $c" env CHORUS_TRANSPORT="$tp" \
+                UCX_TLS=tcp CHORUS_TIMEOUT=5 "$CHORUSRUN" -n "$n" --timeout 60 -- \
+                "$BUILD/tests/mp_mismatch_v" --case "$c"
+        done
+    done
 }
 
 # The mismatch table at 4 and 8 ranks and with schedules forced over shm.

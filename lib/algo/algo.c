@@ -32,6 +32,11 @@ static const char *const coll_names[CHORUS_NUM_COLLS] = {
     [CHORUS_COLL_ALLTOALL] = "alltoall",
     [CHORUS_COLL_BARRIER] = "barrier",
     [CHORUS_COLL_SENDRECV] = "sendrecv",
+    [CHORUS_COLL_GATHER] = "gather",
+    [CHORUS_COLL_SCATTER] = "scatter",
+    [CHORUS_COLL_ALLGATHERV] = "allgatherv",
+    [CHORUS_COLL_REDUCE_SCATTERV] = "reduce_scatterv",
+    [CHORUS_COLL_ALLTOALLV] = "alltoallv",
 };
 
 const char *chorus__coll_name(chorus_coll_t coll)
@@ -64,14 +69,15 @@ int chorus__algo_supports(chorus_algo_t algo, chorus_coll_t coll)
     case CHORUS_ALGO_RING:
         return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_ALLGATHER ||
                coll == CHORUS_COLL_REDUCE_SCATTER || coll == CHORUS_COLL_BROADCAST ||
-               coll == CHORUS_COLL_REDUCE;
+               coll == CHORUS_COLL_REDUCE || coll == CHORUS_COLL_ALLGATHERV ||
+               coll == CHORUS_COLL_REDUCE_SCATTERV;
     case CHORUS_ALGO_TREE:
         return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_BROADCAST ||
                coll == CHORUS_COLL_REDUCE;
     case CHORUS_ALGO_RD: /* allgather: Bruck for non-powers of two (rd.c) */
         return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_ALLGATHER;
     case CHORUS_ALGO_PAIRWISE:
-        return coll == CHORUS_COLL_ALLTOALL;
+        return coll == CHORUS_COLL_ALLTOALL || coll == CHORUS_COLL_ALLTOALLV;
     case CHORUS_ALGO_DISSEMINATION:
         return coll == CHORUS_COLL_BARRIER;
     /* Each new builder widens its line when it implements more (and its tests cover it). */
@@ -85,7 +91,8 @@ int chorus__algo_supports(chorus_algo_t algo, chorus_coll_t coll)
         return coll == CHORUS_COLL_ALLREDUCE;
     case CHORUS_ALGO_DIRECT:
         return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_REDUCE_SCATTER ||
-               coll == CHORUS_COLL_REDUCE;
+               coll == CHORUS_COLL_REDUCE || coll == CHORUS_COLL_GATHER ||
+               coll == CHORUS_COLL_SCATTER;
     /* The arena is not a schedule builder; lib/arena says what it runs. */
     case CHORUS_ALGO_ARENA:
         return 0;
@@ -111,7 +118,8 @@ chorus_status_t chorus__algo_build(chorus_algo_t algo, const chorus_coll_args_t 
     if (args->nranks < 1 || args->rank < 0 || args->rank >= args->nranks)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: bad rank or size (%d)",
                              args->rank, chorus__coll_name(args->coll), args->nranks);
-    if ((args->coll == CHORUS_COLL_BROADCAST || args->coll == CHORUS_COLL_REDUCE) &&
+    if ((args->coll == CHORUS_COLL_BROADCAST || args->coll == CHORUS_COLL_REDUCE ||
+         args->coll == CHORUS_COLL_GATHER || args->coll == CHORUS_COLL_SCATTER) &&
         (args->root < 0 || args->root >= args->nranks))
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: root %d out of range",
                              args->rank, chorus__coll_name(args->coll), args->root);

@@ -10,10 +10,10 @@
 
 typedef enum {
     CHORUS_ALGO_AUTO = 0,
-    CHORUS_ALGO_RING,          /* all collectives but alltoall and barrier */
+    CHORUS_ALGO_RING,          /* all collectives but alltoall(v), barrier, gather, scatter */
     CHORUS_ALGO_TREE,          /* double binary tree: allreduce, broadcast, reduce */
     CHORUS_ALGO_RD,            /* recursive doubling allreduce (non-power-of-two folding) */
-    CHORUS_ALGO_PAIRWISE,      /* pairwise exchange alltoall */
+    CHORUS_ALGO_PAIRWISE,      /* pairwise exchange alltoall and alltoallv */
     CHORUS_ALGO_DISSEMINATION, /* barrier */
     CHORUS_ALGO_RABENSEIFNER,  /* allreduce: recursive halving RS + recursive doubling AG */
     CHORUS_ALGO_BRUCK,         /* allgather for small sizes: ceil(log2 n) rounds, any n */
@@ -22,7 +22,8 @@ typedef enum {
     CHORUS_ALGO_ARENA,         /* single-host collectives through a shared arena (lib/arena);
                                 * not a schedule: lib/core runs it directly */
     CHORUS_ALGO_DIRECT,        /* allreduce, reduce_scatter, reduce reduced in one fixed order
-                                * (direct exchange): reproducible communicators; never tuned */
+                                * (direct exchange): reproducible communicators; gather and
+                                * scatter (the root and each rank directly); never tuned */
     CHORUS_NUM_ALGOS
 } chorus_algo_t;
 
@@ -35,10 +36,11 @@ typedef struct {
     chorus_coll_t coll;
     int rank;
     int nranks;
-    /* allreduce, broadcast, reduce: the vector length; allgather: sendcount;
-     * reduce_scatter: recvcount; alltoall: count per peer; barrier: 0. */
+    /* allreduce, broadcast, reduce: the vector length; allgather, gather: sendcount;
+     * reduce_scatter, scatter: recvcount; alltoall: count per peer; barrier: 0; the
+     * v-forms: the uniform block when their count arrays below are NULL. */
     uint64_t count;
-    int root;             /* broadcast, reduce */
+    int root;             /* broadcast, reduce, gather, scatter */
     uint64_t chunk_count; /* pipeline chunk in elements (0: algorithm's choice) */
     /* Topology, for the algorithms that use it (hier); NULL/1 means one host. host_of[r]
      * is the host index (0 .. nhosts-1, numbered by first appearance) of rank r. */
@@ -48,7 +50,25 @@ typedef struct {
      * permutation of 0 .. nranks-1, the same on every rank (lib/topo makes one that keeps
      * hosts contiguous). NULL: rank order, r -> r + 1. */
     const int *ring_order;
+    /* The v-forms' counts and displacements, in elements, nranks each, as in the public
+     * call: allgatherv recvcounts and rdispls (its displs); reduce_scatterv recvcounts;
+     * alltoallv all four. NULL: every block is count elements, block p at p * count, so
+     * that code which builds any collective's schedule from a count (the simulator, the
+     * engine's tests) builds these too. Not part of the schedule cache's key: lib/core
+     * builds a v-form's schedule afresh at every call. */
+    const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
 } chorus_coll_args_t;
+
+/* Element counts and offsets of block p of a v-form's count array v (NULL: uniform). */
+static inline uint64_t chorus__algo_vcount(const size_t *v, uint64_t uniform, int p)
+{
+    return v != NULL ? (uint64_t)v[p] : uniform;
+}
+
+static inline uint64_t chorus__algo_vdispl(const size_t *v, uint64_t uniform, int p)
+{
+    return v != NULL ? (uint64_t)v[p] : (uint64_t)p * uniform;
+}
 
 /* One rank's place in a binary tree of lib/algo/tree.c. */
 typedef struct {
@@ -81,6 +101,8 @@ chorus_status_t chorus__algo_rd(const chorus_coll_args_t *args, chorus_sched_t *
 chorus_status_t chorus__algo_pairwise(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_dissemination(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_direct(const chorus_coll_args_t *args, chorus_sched_t *s);
+/* gather and scatter, called by chorus__algo_direct (direct_move.c). */
+chorus_status_t chorus__algo_direct_move(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_rabenseifner(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_bruck(const chorus_coll_args_t *args, chorus_sched_t *s);
 chorus_status_t chorus__algo_swing(const chorus_coll_args_t *args, chorus_sched_t *s);

@@ -151,6 +151,8 @@ chorus_status_t chorus__algo_direct(const chorus_coll_args_t *args, chorus_sched
                   args->chunk_count ? args->chunk_count : DIRECT_CHUNK, RECV_AT(0)};
     uint64_t maxj = 0;
 
+    if (args->coll == CHORUS_COLL_GATHER || args->coll == CHORUS_COLL_SCATTER)
+        return chorus__algo_direct_move(args, s);
     d.result = result_of(&d, s);
     for (int b = 0; b < d.n; b++)
         if (nchunks(&d, b) > maxj) maxj = nchunks(&d, b);

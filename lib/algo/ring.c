@@ -1,6 +1,6 @@
 /*
- * Ring algorithms: reduce-scatter, allgather, allreduce (the two in sequence), and the
- * pipelined chain for broadcast and reduce.
+ * Ring algorithms: reduce-scatter, allgather, allreduce (the two in sequence), the
+ * pipelined chain for broadcast and reduce, and allgatherv and reduce_scatterv.
  *
  * Ranks form the ring r -> r + 1, or the order args->ring_order gives (lib/topo makes one
  * that keeps the ranks of a host adjacent). The algorithms below work on positions in the
@@ -216,6 +216,130 @@ static void ring_allgather(const chorus_coll_args_t *a, const ring_t *g, chorus_
     }
 }
 
+/* ---- The v-forms: blocks of per-rank lengths (args->recvcounts; NULL: count each) ----
+ * The same rings as allgather and reduce_scatter, with block q of length counts[q]: both
+ * ends of a message know the block's length, so they cut it into the same chunks. Chunks
+ * are sized for the longest block, and every ring step still sends its first chunk when the
+ * block is empty (an empty message): each rank then exchanges with both neighbours at every
+ * call, so the call signatures, which carry a hash of the counts, are compared on every edge
+ * of the ring, and ranks that disagree about the counts are told so rather than left waiting
+ * for a message that their neighbour does not think it owes. */
+
+/* Block q's length and its offset in the buffer that holds all blocks (allgatherv: RECV at
+ * rdispls[q]; reduce_scatterv: SEND, blocks back to back, which needs the prefix sums). */
+typedef struct {
+    const chorus_coll_args_t *a;
+    uint64_t *prefix; /* reduce_scatterv: n + 1 prefix sums; NULL for allgatherv */
+    uint64_t maxlen;
+} ring_v_t;
+
+static uint64_t ring_v_len(const ring_v_t *v, int q)
+{
+    return chorus__algo_vcount(v->a->recvcounts, v->a->count, q);
+}
+
+static uint64_t ring_v_off(const ring_v_t *v, int q)
+{
+    return v->prefix != NULL ? v->prefix[q] : chorus__algo_vdispl(v->a->rdispls, v->a->count, q);
+}
+
+static chorus_status_t ring_v_setup(const chorus_coll_args_t *a, int with_prefix, ring_v_t *v)
+{
+    v->a = a;
+    v->prefix = NULL;
+    v->maxlen = 0;
+    for (int q = 0; q < a->nranks; q++)
+        if (ring_v_len(v, q) > v->maxlen) v->maxlen = ring_v_len(v, q);
+    if (!with_prefix) return CHORUS_SUCCESS;
+    v->prefix = malloc(((size_t)a->nranks + 1) * sizeof *v->prefix);
+    if (v->prefix == NULL)
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: ring: no memory for %d offsets",
+                             a->rank, a->nranks + 1);
+    v->prefix[0] = 0;
+    for (int q = 0; q < a->nranks; q++) v->prefix[q + 1] = v->prefix[q] + ring_v_len(v, q);
+    return CHORUS_SUCCESS;
+}
+
+static void ring_allgatherv(const ring_v_t *v, const ring_t *g, chorus_sched_t *s)
+{
+    const chorus_coll_args_t *a = v->a;
+    int n = a->nranks, r = g->pos, next = g->next, prev = g->prev, k;
+    uint64_t chunk = ring_chunk_len(a, v->maxlen), nch = ring_nchunks(v->maxlen, chunk), c;
+
+    chorus__sched_copy(s, RECV_AT(ring_v_off(v, a->rank)), SEND_AT(0), ring_v_len(v, a->rank));
+    for (k = 0; k < n - 1; k++) {
+        int sq = ring_rank_at(g, r - k), rq = ring_rank_at(g, r - k - 1);
+        ring_span_t sb = {ring_v_off(v, sq), ring_v_len(v, sq)};
+        ring_span_t rb = {ring_v_off(v, rq), ring_v_len(v, rq)};
+
+        for (c = 0; c < nch; c++) {
+            ring_span_t sc = ring_chunk(sb, chunk, c), rc = ring_chunk(rb, chunk, c);
+
+            /* k == 0 sends this rank's own block, from SEND (no wait for the copy). */
+            if (sc.len || c == 0)
+                chorus__sched_send(s, next, k == 0 ? SEND_AT(sc.off - sb.off) : RECV_AT(sc.off),
+                                   sc.len);
+            if (rc.len || c == 0) chorus__sched_recv(s, prev, RECV_AT(rc.off), rc.len);
+        }
+    }
+}
+
+/* As ring_reduce_scatter: partials in nch + 1 scratch slots of one chunk each, a partial
+ * received at step k forwarded at step k + 1. */
+static void ring_reduce_scatterv(const ring_v_t *v, const ring_t *g, chorus_sched_t *s)
+{
+    const chorus_coll_args_t *a = v->a;
+    int n = a->nranks, r = g->pos, next = g->next, prev = g->prev, k;
+    uint64_t chunk = ring_chunk_len(a, v->maxlen), nch = ring_nchunks(v->maxlen, chunk), c;
+    uint64_t nslots = nch + 1, slots = chorus__sched_scratch(s, nslots * chunk);
+
+    for (k = 0; k < n - 1; k++) {
+        int sq = ring_rank_at(g, r - k - 1), rq = ring_rank_at(g, r - k - 2);
+        ring_span_t sb = {0, ring_v_len(v, sq)}, rb = {0, ring_v_len(v, rq)};
+        uint64_t soff = ring_v_off(v, sq), roff = ring_v_off(v, rq);
+
+        for (c = 0; c < nch; c++) {
+            ring_span_t sc = ring_chunk(sb, chunk, c), rc = ring_chunk(rb, chunk, c);
+            uint64_t prev_slot = slots + (((uint64_t)k - 1) * nch + c) % nslots * chunk;
+            uint64_t slot = slots + ((uint64_t)k * nch + c) % nslots * chunk;
+
+            if (sc.len || c == 0)
+                chorus__sched_send(s, next,
+                                   k == 0 ? SEND_AT(soff + sc.off) : SCRATCH_AT(prev_slot),
+                                   sc.len);
+            if (rc.len == 0 && c > 0) continue;
+            chorus__sched_recv(s, prev, SCRATCH_AT(slot), rc.len);
+            if (k < n - 2)
+                chorus__sched_reduce(s, SCRATCH_AT(slot), SEND_AT(roff + rc.off),
+                                     SCRATCH_AT(slot), rc.len);
+            else
+                chorus__sched_reduce(s, RECV_AT(rc.off), SEND_AT(roff + rc.off),
+                                     SCRATCH_AT(slot), rc.len);
+        }
+    }
+}
+
+static chorus_status_t ring_v(const chorus_coll_args_t *a, const ring_t *g, chorus_sched_t *s)
+{
+    ring_v_t v;
+    chorus_status_t status;
+    int rs = a->coll == CHORUS_COLL_REDUCE_SCATTERV;
+
+    status = ring_v_setup(a, rs, &v);
+    if (status != CHORUS_SUCCESS) return status;
+    if (v.maxlen == 0) {
+        /* Nothing to move (lib/core returns before; the simulator may ask). */
+    } else if (a->nranks == 1) {
+        chorus__sched_copy(s, RECV_AT(rs ? 0 : ring_v_off(&v, 0)), SEND_AT(0), ring_v_len(&v, 0));
+    } else if (rs) {
+        ring_reduce_scatterv(&v, g, s);
+    } else {
+        ring_allgatherv(&v, g, s);
+    }
+    free(v.prefix);
+    return CHORUS_SUCCESS;
+}
+
 /* A chain from the root: each rank forwards chunk c as soon as it has arrived. */
 static void ring_broadcast(const chorus_coll_args_t *a, const ring_t *g, chorus_sched_t *s)
 {
@@ -272,10 +396,16 @@ chorus_status_t chorus__algo_ring(const chorus_coll_args_t *a, chorus_sched_t *s
     chorus_status_t status;
     ring_t g = {0, 0, 0, 0, 0, NULL};
 
-    if (a->count == 0 && a->coll != CHORUS_COLL_BARRIER) return chorus__sched_finalize(s);
+    if (a->count == 0 && a->coll != CHORUS_COLL_BARRIER && a->recvcounts == NULL)
+        return chorus__sched_finalize(s);
     status = ring_setup(a, &g);
     if (status != CHORUS_SUCCESS) return status;
     switch (a->coll) {
+    case CHORUS_COLL_ALLGATHERV:
+    case CHORUS_COLL_REDUCE_SCATTERV:
+        status = ring_v(a, &g, s);
+        if (status != CHORUS_SUCCESS) return status;
+        break;
     case CHORUS_COLL_ALLREDUCE:
         if (a->nranks == 1)
             chorus__sched_copy(s, RECV_AT(0), SEND_AT(0), a->count);

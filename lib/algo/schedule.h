@@ -85,6 +85,14 @@ typedef enum {
     CHORUS_COLL_ALLTOALL,
     CHORUS_COLL_BARRIER,
     CHORUS_COLL_SENDRECV, /* a group of point-to-point operations */
+    /* Added after SENDRECV (issue 41) so that the numbers above, which calibration files
+     * and loops over "the collectives before SENDRECV" use, stay as they were. None of
+     * them runs on the arena or is costed by the tuner (lib/core/select.c). */
+    CHORUS_COLL_GATHER,
+    CHORUS_COLL_SCATTER,
+    CHORUS_COLL_ALLGATHERV,      /* per-rank counts: chorus_coll_args_t.recvcounts */
+    CHORUS_COLL_REDUCE_SCATTERV, /* per-rank counts: recvcounts */
+    CHORUS_COLL_ALLTOALLV,       /* per-pair counts: sendcounts, recvcounts */
     CHORUS_NUM_COLLS
 } chorus_coll_t;
 

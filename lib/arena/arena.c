@@ -321,7 +321,8 @@ chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendb
 
 int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll)
 {
-    return arena != NULL && coll != CHORUS_COLL_SENDRECV && (unsigned)coll < CHORUS_NUM_COLLS;
+    /* Everything before SENDRECV; the collectives after it (issue 41) are schedules only. */
+    return arena != NULL && (unsigned)coll < CHORUS_COLL_SENDRECV;
 }
 
 size_t chorus__arena_flat_max(const chorus_arena_t *arena)

@@ -38,6 +38,7 @@ typedef struct async_op {
     struct async_op *next;
     int is_p2p;
     chorus_coll_call_t call;  /* !is_p2p */
+    size_t *vcopy;            /* a v-form's count arrays, copied: call points into it */
     chorus_p2p_op_t *ops;     /* is_p2p: n operations in call order */
     chorus_request_t *reqs;   /* n requests (&one for a collective) */
     chorus_request_t one;
@@ -120,7 +121,31 @@ static void op_free(async_op_t *op)
         free(op->ops);
         free(op->reqs);
     }
+    free(op->vcopy);
     free(op);
+}
+
+/* Points op->call's count arrays at copies of the caller's, so that the caller may reuse
+ * its arrays as soon as the chorus_i* call returns (MPI asks them to be left alone until
+ * completion; a copy of a few words per rank is cheaper than a trap). */
+static int op_copy_counts(async_op_t *op, int nranks)
+{
+    const size_t **arrays[4] = {&op->call.sendcounts, &op->call.sdispls, &op->call.recvcounts,
+                                &op->call.rdispls};
+    size_t n = (size_t)nranks, used = 0;
+
+    for (int i = 0; i < 4; i++) used += *arrays[i] != NULL;
+    if (used == 0) return 0;
+    op->vcopy = malloc(used * n * sizeof *op->vcopy);
+    if (op->vcopy == NULL) return -1;
+    used = 0;
+    for (int i = 0; i < 4; i++) {
+        if (*arrays[i] == NULL) continue;
+        memcpy(op->vcopy + used * n, *arrays[i], n * sizeof *op->vcopy);
+        *arrays[i] = op->vcopy + used * n;
+        used++;
+    }
+    return 0;
 }
 
 /* Appends op to the queue (lock held) and wakes the thread if it sleeps. */
@@ -205,7 +230,7 @@ static chorus_status_t async_run(chorus_comm_t comm, async_op_t *op)
     if (status != CHORUS_SUCCESS) return status;
     if (op->is_p2p) return chorus__p2p_run_batch(comm, op->ops, op->n);
     comm->exec.coll_seq++; /* counted when run, in call order: see coll_entry */
-    if (op->call.count == 0 && op->call.coll != CHORUS_COLL_BARRIER) return CHORUS_SUCCESS;
+    if (chorus__coll_is_empty(comm, &op->call)) return CHORUS_SUCCESS;
     return chorus__coll_run(comm, &op->call, NULL);
 }
 
@@ -278,13 +303,15 @@ chorus_status_t chorus__async_coll(chorus_comm_t comm, const chorus_coll_call_t 
     status = async_get(comm, &as);
     if (status != CHORUS_SUCCESS) return status;
     op = calloc(1, sizeof *op);
-    chorus_request_t req = op != NULL ? request_new(comm, as) : NULL;
+    if (op != NULL) op->call = *call;
+    chorus_request_t req = op != NULL && op_copy_counts(op, comm->nranks) == 0
+                               ? request_new(comm, as) : NULL;
     if (req == NULL) {
+        if (op != NULL) free(op->vcopy);
         free(op);
         return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory to queue it",
                              comm->rank, chorus__core_coll_name(call->coll));
     }
-    op->call = *call;
     op->one = req;
     op->reqs = &op->one;
     op->n = 1;

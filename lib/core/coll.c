@@ -215,8 +215,8 @@ static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call
 
 /* Arms the engine's mismatch check for the call about to run: every rank of it must
  * agree on all of this, and ranks that do not are told apart before any data is used. */
-static void coll_sign(chorus_comm_t comm, const chorus_coll_call_t *call, chorus_algo_t algo,
-                      uint64_t chunk_count)
+static chorus_status_t coll_sign(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                 chorus_algo_t algo, uint64_t chunk_count)
 {
     chorus_exec_sig_t sig;
 
@@ -231,7 +231,10 @@ static void coll_sign(chorus_comm_t comm, const chorus_coll_call_t *call, chorus
     sig.chunk_count = chunk_count;
     sig.seq = comm->exec.coll_seq;
     sig.opnum = comm->seq;
+    /* The v-forms agree on count arrays, not on one count (coll_v.c). */
+    if (chorus__coll_is_v(call->coll)) return chorus__coll_v_sign(comm, call, &sig);
     chorus__exec_sign(&comm->exec, &sig);
+    return CHORUS_SUCCESS;
 }
 
 static chorus_status_t coll_run_body(chorus_comm_t comm, const chorus_coll_call_t *call,
@@ -283,6 +286,10 @@ static chorus_status_t coll_run_body(chorus_comm_t comm, const chorus_coll_call_
      * boundary once, trees keep a host's ranks in subtrees, hier leads with NIC-near ranks.
      * One host too: there the order groups NUMA nodes, so the ring crosses sockets twice. */
     args.ring_order = comm->ring_order;
+    args.sendcounts = call->sendcounts;
+    args.sdispls = call->sdispls;
+    args.recvcounts = call->recvcounts;
+    args.rdispls = call->rdispls;
     algo = chorus__select_algo(comm, call->coll, (uint64_t)call->count * esize);
     /* A reproducible reduction runs in the one order the arena and the direct schedule
      * share (direct.c), whatever was chosen. */
@@ -302,13 +309,15 @@ static chorus_status_t coll_run_body(chorus_comm_t comm, const chorus_coll_call_
     args.chunk_count = chorus__select_chunk_count(comm, call->coll, algo,
                                                   (uint64_t)call->count * esize, esize);
 
-    status = coll_sched_get(comm, algo, &args, &sched);
+    if (chorus__coll_is_v(call->coll)) status = chorus__coll_v_sched(comm, algo, &args, &sched);
+    else status = coll_sched_get(comm, algo, &args, &sched);
     if (status == CHORUS_SUCCESS) status = coll_bind(comm, call, sched, esize, bufs);
+    if (status == CHORUS_SUCCESS && comm->check_calls)
+        status = coll_sign(comm, call, algo, args.chunk_count);
     if (status != CHORUS_SUCCESS) return chorus__comm_record_error(comm, status);
 
     CHORUS_TRACE("core", "%s: %zu x %s, %s, %u steps", what, call->count,
                  chorus_dtype_name(call->dtype), chorus__algo_name(algo), sched->nsteps);
-    if (comm->check_calls) coll_sign(comm, call, algo, args.chunk_count);
     status = chorus__comm_exec(comm, sched, bufs, call->dtype, op, what);
     if (status != CHORUS_SUCCESS) return status;
     return coll_finish_avg(comm, call, what);
@@ -331,8 +340,24 @@ static chorus_status_t coll_check(chorus_comm_t comm, chorus_coll_call_t *call)
     return CHORUS_SUCCESS;
 }
 
+int chorus__coll_is_empty(chorus_comm_t comm, const chorus_coll_call_t *call)
+{
+    switch (call->coll) {
+    case CHORUS_COLL_BARRIER: return 0;
+    /* Every rank has the same recvcounts (else the call is a mismatch). */
+    case CHORUS_COLL_ALLGATHERV:
+    case CHORUS_COLL_REDUCE_SCATTERV:
+        for (int p = 0; p < comm->nranks; p++)
+            if (call->recvcounts[p] != 0) return 0;
+        return 1;
+    /* This rank's counts say nothing of the other pairs' (unless it is alone). */
+    case CHORUS_COLL_ALLTOALLV: return comm->nranks == 1 && call->count == 0;
+    default: return call->count == 0;
+    }
+}
+
 /* The common path of every blocking collective entry point. */
-static chorus_status_t coll_entry(chorus_comm_t comm, chorus_coll_call_t *call)
+chorus_status_t chorus__coll_entry(chorus_comm_t comm, chorus_coll_call_t *call)
 {
     const char *name = chorus__core_coll_name(call->coll);
     chorus_status_t status;
@@ -345,7 +370,7 @@ static chorus_status_t coll_entry(chorus_comm_t comm, chorus_coll_call_t *call)
     /* Every accepted call counts, even one with nothing to move, so that a rank that
      * skipped or added one is caught at its next call by the signature's number. */
     comm->exec.coll_seq++;
-    if (call->count == 0 && call->coll != CHORUS_COLL_BARRIER) return CHORUS_SUCCESS;
+    if (chorus__coll_is_empty(comm, call)) return CHORUS_SUCCESS;
     return chorus__coll_run(comm, call, NULL);
 }
 
@@ -361,6 +386,10 @@ void chorus__coll_release(chorus_comm_t comm)
     free(comm->sink);
     comm->sink = NULL;
     comm->sink_bytes = 0;
+    if (comm->vsched_valid) chorus__sched_fini(&comm->vsched);
+    comm->vsched_valid = 0;
+    free(comm->vsigs);
+    comm->vsigs = NULL;
 }
 
 chorus_status_t chorus_allreduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -368,16 +397,16 @@ chorus_status_t chorus_allreduce(const void *sendbuf, void *recvbuf, size_t coun
                                  void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0,
-                               stream, -1};
-    return coll_entry(comm, &call);
+                               stream, -1, NULL, NULL, NULL, NULL};
+    return chorus__coll_entry(comm, &call);
 }
 
 chorus_status_t chorus_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                                  chorus_dtype_t dtype, chorus_comm_t comm, void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
-                               CHORUS_SUM, 0, stream, -1};
-    return coll_entry(comm, &call);
+                               CHORUS_SUM, 0, stream, -1, NULL, NULL, NULL, NULL};
+    return chorus__coll_entry(comm, &call);
 }
 
 chorus_status_t chorus_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -385,16 +414,16 @@ chorus_status_t chorus_reduce_scatter(const void *sendbuf, void *recvbuf, size_t
                                       void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
-                               op, 0, stream, -1};
-    return coll_entry(comm, &call);
+                               op, 0, stream, -1, NULL, NULL, NULL, NULL};
+    return chorus__coll_entry(comm, &call);
 }
 
 chorus_status_t chorus_broadcast(const void *sendbuf, void *recvbuf, size_t count,
                                  chorus_dtype_t dtype, int root, chorus_comm_t comm, void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
-                               CHORUS_SUM, root, stream, -1};
-    return coll_entry(comm, &call);
+                               CHORUS_SUM, root, stream, -1, NULL, NULL, NULL, NULL};
+    return chorus__coll_entry(comm, &call);
 }
 
 chorus_status_t chorus_reduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -402,31 +431,31 @@ chorus_status_t chorus_reduce(const void *sendbuf, void *recvbuf, size_t count,
                               void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root,
-                               stream, -1};
-    return coll_entry(comm, &call);
+                               stream, -1, NULL, NULL, NULL, NULL};
+    return chorus__coll_entry(comm, &call);
 }
 
 chorus_status_t chorus_alltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
                                 chorus_dtype_t dtype, chorus_comm_t comm, void *stream)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLTOALL, sendbuf, recvbuf, count_per_peer, dtype,
-                               CHORUS_SUM, 0, stream, -1};
-    return coll_entry(comm, &call);
+                               CHORUS_SUM, 0, stream, -1, NULL, NULL, NULL, NULL};
+    return chorus__coll_entry(comm, &call);
 }
 
 chorus_status_t chorus_barrier(chorus_comm_t comm)
 {
     chorus_coll_call_t call = {CHORUS_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0,
-                               NULL, -1};
-    return coll_entry(comm, &call);
+                               NULL, -1, NULL, NULL, NULL, NULL};
+    return chorus__coll_entry(comm, &call);
 }
 
 /* ---- Nonblocking (async.c runs them) ---- */
 
 /* The common path of every nonblocking collective: checked here, on the caller's thread,
  * so that a bad argument is an error of the call and no request is made. */
-static chorus_status_t icoll_entry(chorus_comm_t comm, chorus_coll_call_t *call,
-                                   chorus_request_t *req_p)
+chorus_status_t chorus__icoll_entry(chorus_comm_t comm, chorus_coll_call_t *call,
+                                    chorus_request_t *req_p)
 {
     const char *name = chorus__core_coll_name(call->coll);
     chorus_status_t status;
@@ -456,8 +485,8 @@ chorus_status_t chorus_iallreduce(const void *sendbuf, void *recvbuf, size_t cou
                                   chorus_request_t *req_p)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0,
-                               NULL, -1};
-    return icoll_entry(comm, &call, req_p);
+                               NULL, -1, NULL, NULL, NULL, NULL};
+    return chorus__icoll_entry(comm, &call, req_p);
 }
 
 chorus_status_t chorus_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -465,8 +494,8 @@ chorus_status_t chorus_iallgather(const void *sendbuf, void *recvbuf, size_t sen
                                   chorus_request_t *req_p)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
-                               CHORUS_SUM, 0, NULL, -1};
-    return icoll_entry(comm, &call, req_p);
+                               CHORUS_SUM, 0, NULL, -1, NULL, NULL, NULL, NULL};
+    return chorus__icoll_entry(comm, &call, req_p);
 }
 
 chorus_status_t chorus_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -474,8 +503,8 @@ chorus_status_t chorus_ireduce_scatter(const void *sendbuf, void *recvbuf, size_
                                        chorus_request_t *req_p)
 {
     chorus_coll_call_t call = {CHORUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype,
-                               op, 0, NULL, -1};
-    return icoll_entry(comm, &call, req_p);
+                               op, 0, NULL, -1, NULL, NULL, NULL, NULL};
+    return chorus__icoll_entry(comm, &call, req_p);
 }
 
 chorus_status_t chorus_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
@@ -483,8 +512,8 @@ chorus_status_t chorus_ibroadcast(const void *sendbuf, void *recvbuf, size_t cou
                                   chorus_request_t *req_p)
 {
     chorus_coll_call_t call = {CHORUS_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
-                               CHORUS_SUM, root, NULL, -1};
-    return icoll_entry(comm, &call, req_p);
+                               CHORUS_SUM, root, NULL, -1, NULL, NULL, NULL, NULL};
+    return chorus__icoll_entry(comm, &call, req_p);
 }
 
 chorus_status_t chorus_ireduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -492,8 +521,8 @@ chorus_status_t chorus_ireduce(const void *sendbuf, void *recvbuf, size_t count,
                                chorus_request_t *req_p)
 {
     chorus_coll_call_t call = {CHORUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root,
-                               NULL, -1};
-    return icoll_entry(comm, &call, req_p);
+                               NULL, -1, NULL, NULL, NULL, NULL};
+    return chorus__icoll_entry(comm, &call, req_p);
 }
 
 chorus_status_t chorus_ialltoall(const void *sendbuf, void *recvbuf, size_t count_per_peer,
@@ -501,13 +530,13 @@ chorus_status_t chorus_ialltoall(const void *sendbuf, void *recvbuf, size_t coun
                                  chorus_request_t *req_p)
 {
     chorus_coll_call_t call = {CHORUS_COLL_ALLTOALL, sendbuf, recvbuf, count_per_peer, dtype,
-                               CHORUS_SUM, 0, NULL, -1};
-    return icoll_entry(comm, &call, req_p);
+                               CHORUS_SUM, 0, NULL, -1, NULL, NULL, NULL, NULL};
+    return chorus__icoll_entry(comm, &call, req_p);
 }
 
 chorus_status_t chorus_ibarrier(chorus_comm_t comm, chorus_request_t *req_p)
 {
     chorus_coll_call_t call = {CHORUS_COLL_BARRIER, NULL, NULL, 0, CHORUS_UINT8, CHORUS_SUM, 0,
-                               NULL, -1};
-    return icoll_entry(comm, &call, req_p);
+                               NULL, -1, NULL, NULL, NULL, NULL};
+    return chorus__icoll_entry(comm, &call, req_p);
 }

@@ -99,6 +99,12 @@ struct chorus_comm {
     void *sink;         /* stands in for a NULL recvbuf of reduce on non-roots */
     size_t sink_bytes;
     chorus_sched_entry_t cache[CHORUS_SCHED_CACHE_SIZE];
+    /* The schedule of the last v-form call (coll_v.c), built afresh at every call: its
+     * shape depends on count arrays the cache's key does not hold. */
+    chorus_sched_t vsched;
+    int vsched_valid;
+    /* alltoallv's per-peer call signatures, nranks of them, allocated at the first. */
+    chorus_exec_sig_t *vsigs;
     uint64_t cache_clock;
     uint64_t seq;                      /* numbers operations in messages: "allreduce #12" */
     uint64_t seq_text_of;              /* the number seq_text spells (0: none yet) */
@@ -142,6 +148,10 @@ chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
                                             const chorus_unique_id_t *id, int rank,
                                             chorus_stop_t *stop);
 
+/* Largest message one call may move, in bytes: far beyond any real buffer, and it keeps
+ * every offset computation of the schedules well inside 64 bits. */
+#define CHORUS_CORE_MAX_MESSAGE_BYTES ((uint64_t)1 << 40)
+
 /* One collective call, as validated and run. */
 typedef struct {
     chorus_coll_t coll;
@@ -154,6 +164,12 @@ typedef struct {
     void *stream;
     int device; /* set by chorus__validate_coll: the buffers' device, or -1 (host memory);
                  * CHORUS_CALL_STAGED: a segment of a device call on pinned host memory */
+    /* The v-forms' arrays as the caller passed them (nranks each; NULL when the collective
+     * has none): allgatherv recvcounts and rdispls (its displs), reduce_scatterv
+     * recvcounts, alltoallv all four. count is then this rank's own block: allgatherv
+     * sendcount, reduce_scatterv recvcounts[rank], alltoallv sendcounts[rank]. A queued
+     * nonblocking call holds copies (async.c). */
+    const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
 } chorus_coll_call_t;
 
 /* The device of a staging segment (gpu_staging.c): host memory, but signed as a device
@@ -243,6 +259,37 @@ uint64_t chorus__coll_exact_divisor(chorus_comm_t comm, const chorus_coll_call_t
 
 chorus_status_t chorus__coll_run(chorus_comm_t comm, const chorus_coll_call_t *call,
                                  const char *what);
+
+/* The blocking and nonblocking entry points' common paths (checks, counting, running), for
+ * the entry points of coll_v.c. */
+chorus_status_t chorus__coll_entry(chorus_comm_t comm, chorus_coll_call_t *call);
+chorus_status_t chorus__icoll_entry(chorus_comm_t comm, chorus_coll_call_t *call,
+                                    chorus_request_t *req_p);
+
+/* Nonzero when a validated call moves nothing on any rank of a matching call, so that it
+ * returns at once (counted, not run): a count of 0, or v-form counts that are all 0. */
+int chorus__coll_is_empty(chorus_comm_t comm, const chorus_coll_call_t *call);
+
+/* ---- coll_v.c ---- */
+
+/* Nonzero for the collectives with count arrays (allgatherv, reduce_scatterv, alltoallv). */
+int chorus__coll_is_v(chorus_coll_t coll);
+
+/* The checks of the count arrays of a v-form call (validate.c calls it after the common
+ * ones): NULL arrays, blocks that overflow or overlap, counts that contradict each other on
+ * this rank, the buffers (NULL where data is needed, overlap but for allgatherv's and
+ * reduce_scatterv's in-place layouts). Sets call->count to this rank's own block. */
+chorus_status_t chorus__validate_v(chorus_comm_t comm, chorus_coll_call_t *call, size_t esize);
+
+/* Fills the v-form parts of a signature (the counts' total and hash), or arms the engine
+ * with alltoallv's per-peer signatures; sig is the one coll.c made. */
+chorus_status_t chorus__coll_v_sign(chorus_comm_t comm, const chorus_coll_call_t *call,
+                                    chorus_exec_sig_t *sig);
+
+/* Builds the v-form call's schedule into comm->vsched. */
+chorus_status_t chorus__coll_v_sched(chorus_comm_t comm, chorus_algo_t algo,
+                                     const chorus_coll_args_t *args,
+                                     const chorus_sched_t **sched_p);
 
 /* ---- p2p.c ---- */
 

@@ -105,6 +105,13 @@ void chorus__exec_sign_p2p(chorus_exec_t *x, const chorus_exec_sig_t *sigs)
     x->sig_armed = 1;
 }
 
+void chorus__exec_sign_peers(chorus_exec_t *x, const chorus_exec_sig_t *sig,
+                             const chorus_exec_sig_t *sigs)
+{
+    chorus__exec_sign(x, sig);
+    x->sig_peer_next = sigs;
+}
+
 int chorus__exec_waits_for_sig(const chorus_exec_t *x, int p)
 {
     return x->sig_on && p >= 0 && p < x->sched->nranks && x->sig_state != NULL &&
@@ -203,19 +210,33 @@ static void sig_describe(const chorus_exec_sig_t *s, const chorus_exec_sig_t *o,
     }
     sig_append(buf, cap, &len, "%s%s #%llu", (s->algo & CHORUS_EXEC_SIG_DEVICE) ? "device " : "",
                chorus__coll_name((chorus_coll_t)s->coll), (unsigned long long)s->opnum);
-    if (s->coll != CHORUS_COLL_BARRIER) {
+    if (s->coll == CHORUS_COLL_ALLTOALLV) {
+        /* The pair's counts: sig_report words them from both ends when they differ. */
+        sig_append(buf, cap, &len, "%s%llu elements up and %llu down, ", sep,
+                   (unsigned long long)s->count, (unsigned long long)s->p2p_hash);
+        if (dt != NULL) sig_append(buf, cap, &len, "%s", dt);
+        else sig_append(buf, cap, &len, "dtype %u", s->dtype);
+        sep = ", ";
+    } else if (s->coll == CHORUS_COLL_ALLGATHERV || s->coll == CHORUS_COLL_REDUCE_SCATTERV) {
+        sig_append(buf, cap, &len, "%s%llu elements in all, counts hash %08llx, ", sep,
+                   (unsigned long long)s->count, (unsigned long long)(s->p2p_hash >> 32));
+        if (dt != NULL) sig_append(buf, cap, &len, "%s", dt);
+        else sig_append(buf, cap, &len, "dtype %u", s->dtype);
+        sep = ", ";
+    } else if (s->coll != CHORUS_COLL_BARRIER) {
         sig_append(buf, cap, &len, "%scount %llu, ", sep, (unsigned long long)s->count);
         if (dt != NULL) sig_append(buf, cap, &len, "%s", dt);
         else sig_append(buf, cap, &len, "dtype %u", s->dtype);
         sep = ", ";
     }
     if (s->coll == CHORUS_COLL_ALLREDUCE || s->coll == CHORUS_COLL_REDUCE_SCATTER ||
-        s->coll == CHORUS_COLL_REDUCE) {
+        s->coll == CHORUS_COLL_REDUCE || s->coll == CHORUS_COLL_REDUCE_SCATTERV) {
         if (op != NULL) sig_append(buf, cap, &len, "%s%s", sep, op);
         else sig_append(buf, cap, &len, "%sop %u", sep, s->op);
         sep = ", ";
     }
     if (s->coll == CHORUS_COLL_BROADCAST || s->coll == CHORUS_COLL_REDUCE ||
+        s->coll == CHORUS_COLL_GATHER || s->coll == CHORUS_COLL_SCATTER ||
         (same && s->root != o->root)) {
         sig_append(buf, cap, &len, "%sroot %d", sep, (int)s->root);
         sep = ", ";
@@ -248,7 +269,7 @@ static int sig_differs(const chorus_exec_t *x, int p)
     return a->magic != b->magic || a->coll != b->coll || a->dtype != b->dtype ||
            a->op != b->op || a->algo != b->algo || a->root != b->root ||
            a->nranks != b->nranks || a->count != b->count || a->chunk_count != b->chunk_count ||
-           a->seq != b->seq;
+           a->seq != b->seq || a->p2p_hash != b->p2p_hash;
 }
 
 /* Fails x with CHORUS_ERR_MISMATCH naming both signatures. */
@@ -269,6 +290,20 @@ static chorus_status_t sig_report(chorus_exec_t *x, int p)
     if (ours->coll == CHORUS_EXEC_SIG_P2P || theirs->coll == CHORUS_EXEC_SIG_P2P) {
         x->status = chorus__error(CHORUS_ERR_MISMATCH, "%s with rank %d, but rank %d called %s",
                                   a, p, p, b);
+    } else if (ours->coll == CHORUS_COLL_ALLTOALLV && theirs->coll == CHORUS_COLL_ALLTOALLV &&
+               ours->seq == theirs->seq && (ours->count != theirs->count ||
+                                            ours->p2p_hash != theirs->p2p_hash)) {
+        /* count goes from the lower rank of the pair to the higher, p2p_hash back. */
+        const int up = x->sched->rank < p;
+        const unsigned long long my_send = up ? ours->count : ours->p2p_hash;
+        const unsigned long long my_recv = up ? ours->p2p_hash : ours->count;
+        const unsigned long long its_send = up ? theirs->p2p_hash : theirs->count;
+        const unsigned long long its_recv = up ? theirs->count : theirs->p2p_hash;
+        x->status = chorus__error(CHORUS_ERR_MISMATCH,
+                                  "%s: the counts with rank %d differ: this rank sends it %llu "
+                                  "and expects %llu from it, but rank %d sends %llu and "
+                                  "expects %llu", x->what, p, my_send, my_recv, p, its_send,
+                                  its_recv);
     } else if (ours->seq != theirs->seq) {
         x->status = chorus__error(CHORUS_ERR_MISMATCH,
                                   "%s but rank %d called %s as its collective call %llu, this "
@@ -675,8 +710,14 @@ int chorus__coll_needs_peer(chorus_coll_t coll, int root, int me, int p)
     case CHORUS_COLL_ALLGATHER:
     case CHORUS_COLL_REDUCE_SCATTER:
     case CHORUS_COLL_ALLTOALL:
+    case CHORUS_COLL_ALLGATHERV:
+    case CHORUS_COLL_REDUCE_SCATTERV:
+    case CHORUS_COLL_ALLTOALLV:
     case CHORUS_COLL_BARRIER: return 1;
     case CHORUS_COLL_REDUCE: return root == me;
+    /* The root waits for every rank; a non-root's one message waits for the root. */
+    case CHORUS_COLL_GATHER:
+    case CHORUS_COLL_SCATTER: return root == me || root == p;
     case CHORUS_COLL_BROADCAST: return root == p;
     default: return 0;
     }

@@ -42,7 +42,9 @@ typedef struct {
     uint64_t seq;         /* collective calls made on the communicator, this one included
                            * (point-to-point: the ones made before it) */
     uint64_t opnum;       /* the "#N" of messages; shown, not compared (p2p advances it) */
-    uint64_t p2p_hash;    /* point-to-point only: see CHORUS_EXEC_SIG_P2P; else 0 */
+    uint64_t p2p_hash;    /* point-to-point: see CHORUS_EXEC_SIG_P2P; allgatherv and
+                           * reduce_scatterv: a hash of recvcounts (count: their sum);
+                           * alltoallv: see chorus__exec_sign_peers; else 0 */
 } chorus_exec_sig_t;
 
 #define CHORUS_EXEC_SIG_MAGIC 0x31475343u /* "CSG1" */
@@ -149,6 +151,15 @@ void chorus__exec_sign(chorus_exec_t *x, const chorus_exec_sig_t *sig);
  * CHORUS_EXEC_SIG_P2P), of which those of the schedule's peers are sent; the caller keeps
  * the array until the execution ends. */
 void chorus__exec_sign_p2p(chorus_exec_t *x, const chorus_exec_sig_t *sigs);
+
+/* The same for a collective whose ranks agree on something different with each peer:
+ * alltoallv, whose signature to peer p has in count the elements the lower rank of the
+ * pair sends the higher and in p2p_hash those the higher sends the lower, so that the two
+ * sides' signatures are equal exactly when each one's send count is the other's receive
+ * count. sig is the call's common signature (what sig_peek compares with peers outside
+ * the schedule); sigs holds one per rank, kept by the caller until the execution ends. */
+void chorus__exec_sign_peers(chorus_exec_t *x, const chorus_exec_sig_t *sig,
+                             const chorus_exec_sig_t *sigs);
 
 /* Nonzero if the signed execution x still waits for peer p's signature (a stall check). */
 int chorus__exec_waits_for_sig(const chorus_exec_t *x, int p);

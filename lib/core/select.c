@@ -73,12 +73,29 @@ static int select_size_class(uint64_t bytes)
     return c;
 }
 
+/* The one algorithm of a collective that has one (issue 41: gather and scatter direct,
+ * allgatherv and reduce_scatterv on the ring, alltoallv pairwise), else AUTO. With a single
+ * candidate the cost model has nothing to choose and the arena does not run these, so
+ * neither is asked (nor CHORUS_ALGO, beyond naming that same algorithm). */
+static chorus_algo_t select_only(chorus_coll_t coll)
+{
+    switch (coll) {
+    case CHORUS_COLL_GATHER:
+    case CHORUS_COLL_SCATTER: return CHORUS_ALGO_DIRECT;
+    case CHORUS_COLL_ALLGATHERV:
+    case CHORUS_COLL_REDUCE_SCATTERV: return CHORUS_ALGO_RING;
+    case CHORUS_COLL_ALLTOALLV: return CHORUS_ALGO_PAIRWISE;
+    default: return CHORUS_ALGO_AUTO;
+    }
+}
+
 /* The choice itself, without the log line, so that chorus_algorithm_name() does not use up
  * the line that the first real call of a size class would print. */
 static chorus_algo_t select_choose(chorus_comm_t comm, chorus_coll_t coll, uint64_t bytes)
 {
     chorus_algo_t forced = comm->forced_algo;
 
+    if (select_only(coll) != CHORUS_ALGO_AUTO) return select_only(coll);
     if (forced == CHORUS_ALGO_ARENA)
         return comm->arena != NULL && chorus__arena_supports(comm->arena, coll)
                    ? forced : select_default(comm, coll, bytes);
@@ -113,7 +130,7 @@ uint64_t chorus__select_chunk_count(chorus_comm_t comm, chorus_coll_t coll, chor
 
     /* The model chose the chunk together with the algorithm; a forced algorithm other than
      * its choice, or a forced chunk, keeps CHORUS_CHUNK_SIZE (or its default). */
-    if (comm->tune != NULL && !comm->chunk_forced) {
+    if (comm->tune != NULL && !comm->chunk_forced && select_only(coll) == CHORUS_ALGO_AUTO) {
         chorus_tune_choice_t choice = chorus__tune_choose(comm->tune, coll, bytes, 0);
         if (choice.algo == algo && choice.chunk_bytes > 0) chunk = choice.chunk_bytes;
     }
@@ -201,6 +218,10 @@ chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collect
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown algorithm "
                              "\"%.64s\"", comm->rank, fn, algorithm);
     if (algo == CHORUS_ALGO_AUTO) algo = select_choose(comm, (chorus_coll_t)coll, bytes);
+    if (select_only((chorus_coll_t)coll) != CHORUS_ALGO_AUTO)
+        return chorus__error(CHORUS_ERR_UNSUPPORTED, "rank %d: %s: the cost model does not "
+                             "cover %s (it has one algorithm, %s)", comm->rank, fn, collective,
+                             chorus__algo_name(select_only((chorus_coll_t)coll)));
     if (comm->tune == NULL)
         return chorus__error(CHORUS_ERR_UNSUPPORTED, "rank %d: %s: the cost model is off "
                              "(CHORUS_TUNE=0)", comm->rank, fn);

@@ -11,9 +11,7 @@
 
 #include <stdint.h>
 
-/* Largest message one call may move, in bytes: far beyond any real buffer, and it keeps
- * every offset computation of the schedules well inside 64 bits. */
-#define CORE_MAX_MESSAGE_BYTES ((uint64_t)1 << 40)
+#define CORE_MAX_MESSAGE_BYTES CHORUS_CORE_MAX_MESSAGE_BYTES
 
 const char *chorus__core_coll_name(chorus_coll_t coll)
 {
@@ -22,7 +20,10 @@ const char *chorus__core_coll_name(chorus_coll_t coll)
         [CHORUS_COLL_REDUCE_SCATTER] = "reduce_scatter",
         [CHORUS_COLL_BROADCAST] = "broadcast",   [CHORUS_COLL_REDUCE] = "reduce",
         [CHORUS_COLL_ALLTOALL] = "alltoall",     [CHORUS_COLL_BARRIER] = "barrier",
-        [CHORUS_COLL_SENDRECV] = "sendrecv",
+        [CHORUS_COLL_SENDRECV] = "sendrecv",   [CHORUS_COLL_GATHER] = "gather",
+        [CHORUS_COLL_SCATTER] = "scatter",     [CHORUS_COLL_ALLGATHERV] = "allgatherv",
+        [CHORUS_COLL_REDUCE_SCATTERV] = "reduce_scatterv",
+        [CHORUS_COLL_ALLTOALLV] = "alltoallv",
     };
     if ((int)coll < 0 || coll >= CHORUS_NUM_COLLS) return "unknown";
     return names[coll];
@@ -37,12 +38,20 @@ chorus_status_t chorus__check_comm(chorus_comm_t comm, const char *opname)
 static int coll_has_op(chorus_coll_t coll)
 {
     return coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_REDUCE_SCATTER ||
-           coll == CHORUS_COLL_REDUCE;
+           coll == CHORUS_COLL_REDUCE || coll == CHORUS_COLL_REDUCE_SCATTERV;
 }
 
 static int coll_has_root(chorus_coll_t coll)
 {
-    return coll == CHORUS_COLL_BROADCAST || coll == CHORUS_COLL_REDUCE;
+    return coll == CHORUS_COLL_BROADCAST || coll == CHORUS_COLL_REDUCE ||
+           coll == CHORUS_COLL_GATHER || coll == CHORUS_COLL_SCATTER;
+}
+
+/* The collectives of issue 41 run on host memory only so far: the device paths (gpu_coll.c,
+ * the IPC arena, staging) know the older ones' shapes alone. */
+static int coll_host_only(chorus_coll_t coll)
+{
+    return coll == CHORUS_COLL_GATHER || coll == CHORUS_COLL_SCATTER || chorus__coll_is_v(coll);
 }
 
 /* Byte sizes of the send and receive buffers of a call on this rank; 0 when the buffer is
@@ -71,6 +80,14 @@ static chorus_status_t coll_sizes(chorus_comm_t comm, const chorus_coll_call_t *
         *send_bytes_p = bytes;
         *recv_bytes_p = comm->rank == call->root ? bytes : 0;
         break;
+    case CHORUS_COLL_GATHER:
+        *send_bytes_p = bytes;
+        *recv_bytes_p = comm->rank == call->root ? total : 0;
+        break;
+    case CHORUS_COLL_SCATTER:
+        *send_bytes_p = comm->rank == call->root ? total : 0;
+        *recv_bytes_p = bytes;
+        break;
     default: *send_bytes_p = bytes; *recv_bytes_p = bytes; break;
     }
     return CHORUS_SUCCESS;
@@ -96,6 +113,10 @@ static chorus_status_t coll_check_overlap(chorus_comm_t comm, const chorus_coll_
         in_place = s == r + (uintptr_t)comm->rank * send_bytes;
     else if (call->coll == CHORUS_COLL_REDUCE_SCATTER)
         in_place = r == s + (uintptr_t)comm->rank * recv_bytes;
+    else if (call->coll == CHORUS_COLL_GATHER) /* only the root has both buffers */
+        in_place = s == r + (uintptr_t)call->root * send_bytes;
+    else if (call->coll == CHORUS_COLL_SCATTER)
+        in_place = r == s + (uintptr_t)call->root * recv_bytes;
     else
         in_place = s == r;
     if (in_place) return CHORUS_SUCCESS;
@@ -132,17 +153,32 @@ chorus_status_t chorus__validate_coll(chorus_comm_t comm, chorus_coll_call_t *ca
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                              "rank %d: %s: root %d out of range for %d ranks", comm->rank, name,
                              call->root, comm->nranks);
-    status = coll_sizes(comm, call, esize, &send_bytes, &recv_bytes);
-    if (status != CHORUS_SUCCESS) return status;
-    if (send_bytes > 0 && call->sendbuf == NULL)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: sendbuf is NULL",
-                             comm->rank, name);
-    if (recv_bytes > 0 && call->recvbuf == NULL)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: recvbuf is NULL",
-                             comm->rank, name);
+    if (chorus__coll_is_v(call->coll)) {
+        /* The count arrays, the NULL buffers and the overlaps, all at once. */
+        status = chorus__validate_v(comm, call, esize);
+        if (status != CHORUS_SUCCESS) return status;
+    } else {
+        status = coll_sizes(comm, call, esize, &send_bytes, &recv_bytes);
+        if (status != CHORUS_SUCCESS) return status;
+        if (send_bytes > 0 && call->sendbuf == NULL)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: sendbuf is NULL",
+                                 comm->rank, name);
+        if (recv_bytes > 0 && call->recvbuf == NULL)
+            return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: recvbuf is NULL",
+                                 comm->rank, name);
+    }
     call->device = -1;
     if (comm->gpu_ops == NULL) {
         status = check_host_stream(comm, name, call->stream);
+    } else if (coll_host_only(call->coll)) {
+        /* A NULL buffer (nothing to move here) is neither kind. */
+        status = chorus__gpu_classify(comm, name, call->sendbuf, call->sendbuf != NULL,
+                                      call->recvbuf, call->recvbuf != NULL, call->stream,
+                                      &call->device);
+        if (status == CHORUS_SUCCESS && call->device >= 0)
+            return chorus__error(CHORUS_ERR_UNSUPPORTED,
+                                 "rank %d: %s: device buffers are not supported by this "
+                                 "collective yet (host memory only)", comm->rank, name);
     } else {
         /* Which buffers this rank uses does not depend on count, so that a count-0 call
          * on device buffers is told apart too (it still counts, in stream order). */
@@ -152,6 +188,9 @@ chorus_status_t chorus__validate_coll(chorus_comm_t comm, chorus_coll_call_t *ca
                                       recv_used, call->stream, &call->device);
     }
     if (status != CHORUS_SUCCESS) return status;
+    if (coll_host_only(call->coll) && call->stream != NULL)
+        return chorus__error(CHORUS_ERR_UNSUPPORTED, "rank %d: %s: stream is not NULL, but "
+                             "this collective runs on host memory only", comm->rank, name);
     return coll_check_overlap(comm, call, send_bytes, recv_bytes);
 }
 

@@ -418,6 +418,120 @@ class Comm:
         return self._call(async_op, (send, recv), recv, lib.chorus_alltoall,
                           lib.chorus_ialltoall, s, r, n // self.size, dt)
 
+    # ---- gather, scatter and the v-forms: counts and displacements in elements ----
+
+    def _counts(self, what, name, values, default=None):
+        """A ctypes array of size non-negative integers, and the list (None: default)."""
+        if values is None:
+            values = default
+        try:
+            vals = [int(v) for v in values]
+        except (TypeError, ValueError):
+            raise TypeError(f"chorus: {what}: {name} must be a sequence of {self.size} "
+                            "non-negative integers") from None
+        if len(vals) != self.size or any(v < 0 for v in vals):
+            raise ValueError(f"chorus: {what}: {name} must hold {self.size} non-negative "
+                             f"integers, got {values!r}")
+        return (ctypes.c_size_t * self.size)(*vals), vals
+
+    @staticmethod
+    def _packed(counts):
+        """Displacements of blocks laid back to back."""
+        out, off = [], 0
+        for c in counts:
+            out.append(off)
+            off += c
+        return out
+
+    def _root(self, root, what):
+        root = int(root)
+        if not 0 <= root < self.size:
+            raise ValueError(f"chorus: {what}: root {root} out of range for {self.size} ranks")
+        return root
+
+    def gather(self, send, recv=None, root=0, async_op=False):
+        """On root, recv (size x send's elements) = every rank's send in rank order. recv
+        is only used on root (pass None elsewhere)."""
+        root = self._root(root, "gather")
+        s, n, dt = _view(send, "gather send", False)
+        r = None
+        if self.rank == root:
+            if recv is None:
+                raise ValueError("chorus: gather: recv is needed on the root")
+            r, rn, rdt = _view(recv, "gather recv", True)
+            if rn != n * self.size or rdt != dt:
+                raise ValueError(f"chorus: gather: recv must hold {self.size} x {n} elements "
+                                 "of send's dtype")
+        return self._call(async_op, (send, recv), recv, lib.chorus_gather, lib.chorus_igather,
+                          s, r, n, dt, root)
+
+    def scatter(self, send, recv, root=0, async_op=False):
+        """recv = root's block `rank` of send (size x recv's elements). send is only used on
+        root (pass None elsewhere)."""
+        root = self._root(root, "scatter")
+        r, rn, rdt = _view(recv, "scatter recv", True)
+        s = None
+        if self.rank == root:
+            if send is None:
+                raise ValueError("chorus: scatter: send is needed on the root")
+            s, n, dt = _view(send, "scatter send", False)
+            if n != rn * self.size or dt != rdt:
+                raise ValueError(f"chorus: scatter: send must hold {self.size} x {rn} elements "
+                                 "of recv's dtype")
+        return self._call(async_op, (send, recv), recv, lib.chorus_scatter,
+                          lib.chorus_iscatter, s, r, rn, rdt, root)
+
+    def allgatherv(self, send, recv, counts, displs=None, async_op=False):
+        """recv[displs[r]:displs[r] + counts[r]] = rank r's send, on every rank; counts must
+        be the same everywhere and counts[rank] = send's elements. displs default to the
+        blocks back to back; elements of recv outside the blocks are not touched."""
+        ca, cv = self._counts("allgatherv", "counts", counts)
+        da, dv = self._counts("allgatherv", "displs", displs, self._packed(cv))
+        s, n, dt = _view(send, "allgatherv send", False)
+        r, rn, rdt = _view(recv, "allgatherv recv", True)
+        if n != cv[self.rank]:
+            raise ValueError(f"chorus: allgatherv: send holds {n} elements but "
+                             f"counts[{self.rank}] = {cv[self.rank]}")
+        need = max((d + c for d, c in zip(dv, cv) if c), default=0)
+        if rn < need or rdt != dt:
+            raise ValueError(f"chorus: allgatherv: recv must hold at least {need} elements of "
+                             "send's dtype")
+        return self._call(async_op, (send, recv, ca, da), recv, lib.chorus_allgatherv,
+                          lib.chorus_iallgatherv, s, r, n, ca, da, dt)
+
+    def reduce_scatterv(self, send, recv, counts, op="sum", async_op=False):
+        """recv = op over ranks of this rank's block of send, whose blocks of counts[r]
+        elements lie back to back; counts must be the same everywhere."""
+        ca, cv = self._counts("reduce_scatterv", "counts", counts)
+        s, n, dt = _view(send, "reduce_scatterv send", False)
+        r, rn, rdt = _view(recv, "reduce_scatterv recv", True)
+        if n != sum(cv) or rn != cv[self.rank] or rdt != dt:
+            raise ValueError(f"chorus: reduce_scatterv: send must hold sum(counts) = {sum(cv)} "
+                             f"and recv counts[{self.rank}] = {cv[self.rank]} elements of one "
+                             "dtype")
+        return self._call(async_op, (send, recv, ca), recv, lib.chorus_reduce_scatterv,
+                          lib.chorus_ireduce_scatterv, s, r, ca, dt, _op(op))
+
+    def alltoallv(self, send, recv, send_counts, recv_counts, send_displs=None,
+                  recv_displs=None, async_op=False):
+        """recv[recv_displs[r]:][:recv_counts[r]] = rank r's send_counts[rank] elements at its
+        send_displs[rank]; rank r's send_counts[rank] must equal recv_counts[r] here.
+        Displacements default to the blocks back to back."""
+        sca, scv = self._counts("alltoallv", "send_counts", send_counts)
+        rca, rcv = self._counts("alltoallv", "recv_counts", recv_counts)
+        sda, sdv = self._counts("alltoallv", "send_displs", send_displs, self._packed(scv))
+        rda, rdv = self._counts("alltoallv", "recv_displs", recv_displs, self._packed(rcv))
+        s, n, dt = _view(send, "alltoallv send", False)
+        r, rn, rdt = _view(recv, "alltoallv recv", True)
+        sneed = max((d + c for d, c in zip(sdv, scv) if c), default=0)
+        rneed = max((d + c for d, c in zip(rdv, rcv) if c), default=0)
+        if n < sneed or rn < rneed or rdt != dt:
+            raise ValueError(f"chorus: alltoallv: send must hold at least {sneed} and recv "
+                             f"{rneed} elements of one dtype")
+        return self._call(async_op, (send, recv, sca, sda, rca, rda), recv,
+                          lib.chorus_alltoallv, lib.chorus_ialltoallv, s, r, sca, sda, rca,
+                          rda, dt)
+
     def send(self, buf, peer, async_op=False):
         """Sends buf to peer (one message)."""
         b, n, dt = _view(buf, "send buf", False)

@@ -142,6 +142,41 @@ for dtype in DTYPES:
     comm.alltoall(a_in, a_out, async_op=True).wait()
     check(tolist(a_out) == [float((r * n + rank) % 100) for r in range(n) for _ in range(3)],
           f"alltoall {dtype}")
+    if KIND == "numpy":
+        # gather, scatter and the v-forms (issue 41): uneven counts, one rank with none.
+        root = n // 2
+        g = arr([0] * (N * n), dtype) if rank == root else None
+        comm.gather(arr([value(rank, i) for i in range(N)], dtype), g, root=root)
+        if rank == root:
+            check(tolist(g) == [float(value(r, i)) for r in range(n) for i in range(N)],
+                  f"gather {dtype}")
+        sc_in = arr([value(root, i) for i in range(N * n)], dtype) if rank == root else None
+        sc_out = arr([0] * N, dtype)
+        comm.scatter(sc_in, sc_out, root=root, async_op=True).wait()
+        check(tolist(sc_out) == [float(value(root, rank * N + i)) for i in range(N)],
+              f"scatter {dtype}")
+        cnt = [(r * 3 + 1) % 4 for r in range(n)]  # rank 1 of 4 has none
+        dsp = [sum(cnt[r + 1:]) + 2 * (n - 1 - r) for r in range(n)]  # reversed, gaps
+        agv = arr([77] * (sum(cnt) + 2 * n), dtype)
+        comm.allgatherv(arr([value(rank, i) for i in range(cnt[rank])], dtype), agv, cnt, dsp)
+        want = [77.0] * (sum(cnt) + 2 * n)
+        for r in range(n):
+            want[dsp[r]:dsp[r] + cnt[r]] = [float(value(r, i)) for i in range(cnt[r])]
+        check(tolist(agv) == want, f"allgatherv {dtype}: {tolist(agv)} want {want}")
+        rsv = arr([0] * cnt[rank], dtype)
+        comm.reduce_scatterv(arr([value(rank, i) for i in range(sum(cnt))], dtype), rsv, cnt,
+                             op="max", async_op=True).wait()
+        off = sum(cnt[:rank])
+        check(tolist(rsv) == [float(max(value(r, off + i) for r in range(n)))
+                              for i in range(cnt[rank])], f"reduce_scatterv {dtype} max")
+        # alltoallv: rank r sends (r + p) % 3 elements of value 10 * r + p to p.
+        s_cnt = [(rank + p) % 3 for p in range(n)]
+        r_cnt = [(p + rank) % 3 for p in range(n)]
+        a2 = arr([10 * rank + p for p in range(n) for _ in range(s_cnt[p])], dtype)
+        b2 = arr([0] * sum(r_cnt), dtype)
+        comm.alltoallv(a2, b2, s_cnt, r_cnt)
+        check(tolist(b2) == [float(10 * p + rank) for p in range(n) for _ in range(r_cnt[p])],
+              f"alltoallv {dtype}")
 
 # send/recv around the ring, async, both orders
 right, left = (rank + 1) % n, (rank - 1) % n
@@ -188,6 +223,21 @@ else:
     raises(lambda: comm.allreduce(np.zeros(2, dtype=np.complex64)), TypeError, "complex refused")
 raises(lambda: comm.allgather(arr([1], "int32"), arr([0] * (n + 1), "int32")), ValueError,
        "allgather size")
+if KIND == "numpy":
+    one, many = arr([1], "int32"), arr([0] * (4 * n + 4), "int32")
+    raises(lambda: comm.allgatherv(one, many, [1] * (n + 1)), ValueError, "allgatherv counts")
+    raises(lambda: comm.allgatherv(one, many, [2] * n), ValueError, "allgatherv sendcount")
+    raises(lambda: comm.allgatherv(one, many, [1] * n, [-1] * n), ValueError, "negative displ")
+    raises(lambda: comm.allgatherv(one, one, [1] * n, [1] * n), ValueError,
+           "allgatherv recv too small")
+    raises(lambda: comm.reduce_scatterv(many, one, [1] * n), ValueError, "reduce_scatterv sizes")
+    raises(lambda: comm.alltoallv(one, many, ["x"] * n, [1] * n), TypeError, "alltoallv counts")
+    raises(lambda: comm.alltoallv(one, many, [2] * n, [1] * n), ValueError, "alltoallv send size")
+    raises(lambda: comm.gather(one, None, root=n), ValueError, "gather root out of range")
+    raises(lambda: comm.scatter(None, one, root=rank), ValueError, "scatter send on root")
+    if n > 1:  # overlapping receive blocks: the library's own check, as ChorusError
+        raises(lambda: comm.allgatherv(one, many, [1] * n, [0] * n), chorus.ChorusError,
+               "allgatherv overlapping blocks")
 raises(lambda: comm.send(arr([1], "int32"), n + 5), chorus.ChorusError, "peer out of range")
 try:
     comm.send(arr([1], "int32"), n + 5)

@@ -566,8 +566,8 @@ static chorus_status_t tune_record_unwritable(void)
       chorus_tune_record(R1, "allreduce", 4096, NULL, 65536), INVAL,                               \
       "rank 1: chorus_tune_record: algorithm is NULL")                                             \
     X(tr_unknown_coll, "tune_record: unknown collective",                                          \
-      chorus_tune_record(W1, "gather", 4096, "ring", 65536), INVAL,                                \
-      "rank 0: chorus_tune_record: unknown collective \"gather\"")                                 \
+      chorus_tune_record(W1, "scan", 4096, "ring", 65536), INVAL,                                  \
+      "rank 0: chorus_tune_record: unknown collective \"scan\"")                                   \
     X(tr_auto, "tune_record: \"auto\" is not a measured algorithm",                                \
       chorus_tune_record(W1, "allreduce", 4096, "auto", 65536), INVAL,                             \
       "rank 0: chorus_tune_record: \"auto\" is not an algorithm")                                  \
