@@ -1,4 +1,5 @@
-// The "chorus" backend of torch.distributed: a c10d::ProcessGroup over libchorus.
+// The "chorus" backend of torch.distributed over libchorus: a c10d::Backend on torch 2.x, a
+// c10d::ProcessGroup on torch 1.13 (GroupBase below).
 //
 // Bootstrap: rank 0 makes a Chorus unique id and puts it in the Store that
 // init_process_group hands every backend (as NCCL's backend passes its id), the others read
@@ -18,8 +19,14 @@
 // uint8 where nothing is reduced). A non-contiguous tensor is staged through a contiguous
 // copy (copied back when the operation completes). One tensor per process in the tensor
 // lists of allreduce, broadcast, reduce, send and recv (as NCCL with one device per
-// process); otherwise a clear error. Device tensors are refused: this Debian torch is a CPU
-// build, so the CUDA stream path of Chorus cannot be reached through it.
+// process); otherwise a clear error. Device tensors are refused: the backend is registered
+// for the cpu device only (Chorus's CUDA stream path is not wired to torch's streams yet).
+//
+// Shapes that differ between ranks: an uneven all_gather is one allgatherv and an
+// all_to_all_single with split sizes one alltoallv, whose counts Chorus checks across the
+// ranks, so sizes that disagree between ranks are a mismatch error (on every rank for
+// allgatherv; for alltoallv on the ranks whose pairs disagree), never a hang or a write
+// past a tensor. A mismatch fails the group's communicator, as in the C API.
 //
 // Arguments: every tensor list, size, dtype, split list, root and peer is checked on the
 // calling rank before anything is allocated or issued, and a bad one raises RuntimeError
@@ -28,7 +35,8 @@
 // Chorus never reads or writes past a tensor because of a split size it trusted.
 //
 // Tags: Chorus matches the messages between two ranks in the order they were sent and has
-// no tags (include/chorus.h), so send and recv refuse a nonzero tag rather than ignore it.
+// no tags (include/chorus.h), so send and recv refuse a nonzero tag rather than ignore it;
+// recv from any source (recvAnysource) is not implemented for the same reason.
 
 #include <chorus.h>
 
@@ -397,31 +405,126 @@ class ProcessGroupChorus : public GroupBase {
     return submit(work, {req});
   }
 
+  // Rank r's tensor goes to outputs[0][r] everywhere. The outputs may differ in size (an
+  // uneven all_gather, as torch 2.x allows): then one allgatherv, whose counts are those
+  // sizes (the same on every rank, or Chorus reports a mismatch on every rank).
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions&) override {
     const int rank = getRank();
+    const int n = getSize();
     const at::Tensor& in = single(inputs, "allgather", rank);
     const chorus_dtype_t dt = to_dtype(in, false, "allgather", rank);
-    require(outputs.size() == 1 && (int)outputs[0].size() == getSize(), "allgather", rank,
-            "expects one list of world_size (", getSize(), ") output tensors, got ",
-            outputs.size(), " lists of ", outputs.empty() ? 0 : outputs[0].size());
+    require(outputs.size() == 1 && (int)outputs[0].size() == n, "allgather", rank,
+            "expects one list of world_size (", n, ") output tensors, got ", outputs.size(),
+            " lists of ", outputs.empty() ? 0 : outputs[0].size());
     check_list(outputs[0], "allgather", rank, in.scalar_type());
-    for (size_t i = 0; i < outputs[0].size(); i++)
-      require(outputs[0][i].numel() == in.numel(), "allgather", rank, "output tensor ", i,
-              " has ", outputs[0][i].numel(), " elements, the input ", in.numel());
+    require(outputs[0][rank].numel() == in.numel(), "allgather", rank, "output tensor ", rank,
+            " (this rank's) has ", outputs[0][rank].numel(), " elements, the input ",
+            in.numel());
+    bool even = true;
+    std::vector<size_t> counts(n), displs(n);
+    size_t total = 0;
+    for (int r = 0; r < n; r++) {
+      counts[r] = (size_t)outputs[0][r].numel();
+      displs[r] = total;
+      total += counts[r];
+      even = even && outputs[0][r].numel() == in.numel();
+    }
     auto work = make_work(c10d::OpType::ALLGATHER, outputs[0]);
     at::Tensor src = in.contiguous();
-    at::Tensor flat = at::empty({(int64_t)getSize() * in.numel()}, in.options());
+    at::Tensor flat = at::empty({(int64_t)total}, in.options());
     work->keep = {src, flat};
     chorus_request_t req;
-    check(chorus_iallgather(src.data_ptr(), flat.data_ptr(), src.numel(), dt, comm_, &req));
+    if (even)
+      check(chorus_iallgather(src.data_ptr(), flat.data_ptr(), src.numel(), dt, comm_, &req));
+    else
+      check(chorus_iallgatherv(src.data_ptr(), flat.data_ptr(), src.numel(), counts.data(),
+                               displs.data(), dt, comm_, &req));
     std::vector<at::Tensor> outs = outputs[0];
-    int64_t n = in.numel();
-    work->after = [outs, flat, n]() mutable {
+    work->after = [outs, flat, displs]() mutable {
       for (size_t r = 0; r < outs.size(); r++)
-        outs[r].copy_(flat.narrow(0, (int64_t)r * n, n).view(outs[r].sizes()));
+        outs[r].copy_(flat.narrow(0, (int64_t)displs[r], outs[r].numel()).view(outs[r].sizes()));
     };
+    return submit(work, {req});
+  }
+
+  // Rooted: rank r's tensor lands in outputs[0][r] on the root; the other ranks pass no
+  // output list (as Gloo wants).
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    const int rank = getRank();
+    const int n = getSize();
+    const at::Tensor& in = single(inputs, "gather", rank);
+    check_root(opts.rootRank, 0, n, "gather", rank);
+    const chorus_dtype_t dt = to_dtype(in, false, "gather", rank);
+    const int root = (int)opts.rootRank;
+    if (rank == root) {
+      require(outputs.size() == 1 && (int)outputs[0].size() == n, "gather", rank,
+              "the root expects one list of world_size (", n, ") output tensors, got ",
+              outputs.size(), " lists of ", outputs.empty() ? 0 : outputs[0].size());
+      check_list(outputs[0], "gather", rank, in.scalar_type());
+      for (int r = 0; r < n; r++)
+        require(outputs[0][r].numel() == in.numel(), "gather", rank, "output tensor ", r,
+                " has ", outputs[0][r].numel(), " elements, the input ", in.numel());
+    } else {
+      require(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "gather", rank,
+              "only the root (", root, ") takes output tensors");
+    }
+    std::vector<at::Tensor> outs = rank == root ? outputs[0] : std::vector<at::Tensor>{};
+    auto work = make_work(c10d::OpType::GATHER, outs);
+    at::Tensor src = in.contiguous();
+    at::Tensor flat;
+    if (rank == root) flat = at::empty({(int64_t)n * in.numel()}, in.options());
+    work->keep = {src};
+    if (flat.defined()) work->keep.push_back(flat);
+    chorus_request_t req;
+    check(chorus_igather(src.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, src.numel(),
+                         dt, root, comm_, &req));
+    if (rank == root) {
+      const int64_t len = in.numel();
+      work->after = [outs, flat, len]() mutable {
+        for (size_t r = 0; r < outs.size(); r++)
+          outs[r].copy_(flat.narrow(0, (int64_t)r * len, len).view(outs[r].sizes()));
+      };
+    }
+    return submit(work, {req});
+  }
+
+  // Rooted: inputs[0][r] on the root goes to rank r's outputs[0].
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    const int rank = getRank();
+    const int n = getSize();
+    const at::Tensor& out = single(outputs, "scatter", rank);
+    check_root(opts.rootRank, 0, n, "scatter", rank);
+    const chorus_dtype_t dt = to_dtype(out, false, "scatter", rank);
+    const int root = (int)opts.rootRank;
+    at::Tensor flat;
+    if (rank == root) {
+      require(inputs.size() == 1 && (int)inputs[0].size() == n, "scatter", rank,
+              "the root expects one list of world_size (", n, ") input tensors, got ",
+              inputs.size(), " lists of ", inputs.empty() ? 0 : inputs[0].size());
+      check_list(inputs[0], "scatter", rank, out.scalar_type());
+      std::vector<at::Tensor> flat_in;
+      for (int r = 0; r < n; r++) {
+        require(inputs[0][r].numel() == out.numel(), "scatter", rank, "input tensor ", r,
+                " has ", inputs[0][r].numel(), " elements, the output ", out.numel());
+        flat_in.push_back(inputs[0][r].reshape({-1}));
+      }
+      flat = at::cat(flat_in);
+    } else {
+      require(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "scatter", rank,
+              "only the root (", root, ") takes input tensors");
+    }
+    auto work = make_work(c10d::OpType::SCATTER, outputs);
+    at::Tensor dst = staged(work, out);
+    if (flat.defined()) work->keep.push_back(flat);
+    chorus_request_t req;
+    check(chorus_iscatter(flat.defined() ? flat.data_ptr() : nullptr, dst.data_ptr(), dst.numel(),
+                          dt, root, comm_, &req));
     return submit(work, {req});
   }
 
@@ -623,32 +726,31 @@ class ProcessGroupChorus : public GroupBase {
       return submit(work, {req});
     }
     // Uneven splits: every row count checked against the tensor it indexes before any
-    // pointer is formed, then one send and one receive per peer, issued together (one group).
+    // pointer is formed, then one alltoallv (whose counts Chorus checks pairwise: my send
+    // to p must be p's receive from me, or both get a mismatch).
     const std::vector<int64_t> in_s = checked_splits(in_splits, input, "input", kOp);
     const std::vector<int64_t> out_s = checked_splits(out_splits, output, "output", kOp);
     std::vector<at::Tensor> outs = {output};
     auto work = make_work(c10d::OpType::ALLTOALL_BASE, outs);
-    work->is_p2p = true;
     at::Tensor src = input.contiguous();
     at::Tensor dst = staged(work, output);
     work->keep.push_back(src);
     const int64_t row_in = input.size(0) > 0 ? input.numel() / input.size(0) : 0;
     const int64_t row_out = output.size(0) > 0 ? output.numel() / output.size(0) : 0;
-    std::vector<chorus_request_t> reqs;
-    const size_t es = input.element_size();
-    auto* sp = static_cast<char*>(src.data_ptr());
-    auto* dp = static_cast<char*>(dst.data_ptr());
+    std::vector<size_t> scounts(n), sdispls(n), rcounts(n), rdispls(n);
     int64_t soff = 0, doff = 0;
     for (int p = 0; p < n; p++) {
-      chorus_request_t rs, rr;
-      check(chorus_isend(sp + soff * row_in * es, in_s[p] * row_in, dt, p, comm_, &rs));
-      check(chorus_irecv(dp + doff * row_out * es, out_s[p] * row_out, dt, p, comm_, &rr));
-      reqs.push_back(rs);
-      reqs.push_back(rr);
+      scounts[p] = (size_t)(in_s[p] * row_in);
+      sdispls[p] = (size_t)(soff * row_in);
+      rcounts[p] = (size_t)(out_s[p] * row_out);
+      rdispls[p] = (size_t)(doff * row_out);
       soff += in_s[p];
       doff += out_s[p];
     }
-    return submit(work, reqs);
+    chorus_request_t req;
+    check(chorus_ialltoallv(src.data_ptr(), dst.data_ptr(), scounts.data(), sdispls.data(),
+                            rcounts.data(), rdispls.data(), dt, comm_, &req));
+    return submit(work, {req});
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,

@@ -12,7 +12,9 @@ that add up to less or more than the tensor, a list of the wrong length, a negat
 size longer than the tensor (on the input and the output side), equal splits of a first
 dimension that world_size does not divide, a 0-dimensional tensor, mixed dtypes; send and
 recv with a nonzero tag or a peer outside the group; and wrong list lengths, sizes and
-dtypes in all_gather, reduce_scatter, all_to_all, _all_gather_base, broadcast and reduce.
+dtypes in all_gather, reduce_scatter, all_to_all, _all_gather_base, broadcast, reduce,
+gather and scatter; an uneven all_gather and an all_to_all_single whose sizes disagree
+between ranks (a mismatch, reported on every rank).
 Under AddressSanitizer (tests/python/asan.sh) a check that let a bad split through shows
 as a heap-buffer-overflow. Prints "N passed, 0 failed" per rank; exit 1 on any failure.
 """
@@ -35,7 +37,22 @@ dist.init_process_group("chorus", init_method="env://", rank=int(os.environ["RAN
                         timeout=datetime.timedelta(seconds=60))
 rank, n = dist.get_rank(), dist.get_world_size()
 PASSED = FAILED = 0
-ROWS = 4 * n  # the first dimension of the tensors that are split
+ROWS = 4 * n
+# The group's own methods reach the backend's checks where torch.distributed's functions
+# would refuse first.
+pg = dist.distributed_c10d._get_default_group()
+
+
+def gather_opts(root):
+    o = dist.GatherOptions()
+    o.rootRank = root
+    return o
+
+
+def scatter_opts(root):
+    o = dist.ScatterOptions()
+    o.rootRank = root
+    return o  # the first dimension of the tensors that are split
 
 
 def check(cond, what):
@@ -117,13 +134,18 @@ refused("equal splits of unequal sizes", A2A, a2a([], [], rows_out=ROWS + n), "s
 refused("all_to_all_single of a 0-dimensional tensor", A2A,
         lambda: dist.all_to_all_single(torch.zeros(()), torch.zeros(())), "0-dimensional")
 
-# Tags: refused with the tag named, on send and recv, sync and async.
+# Tags: refused with the tag named, on send and recv, sync and async (to another rank:
+# torch 2.x itself refuses a send to self).
 peer = (rank + 1) % n
-refused("send with tag 5", "send", lambda: dist.send(torch.ones(2), dst=peer, tag=5), "tag 5")
-refused("recv with tag 5", "recv", lambda: dist.recv(torch.ones(2), src=peer, tag=5), "tag 5")
-refused("isend with tag 7", "send", lambda: dist.isend(torch.ones(2), dst=peer, tag=7), "tag 7")
-refused("irecv with tag -1", "recv", lambda: dist.irecv(torch.ones(2), src=peer, tag=-1),
-        "tag -1")
+if n > 1:
+    refused("send with tag 5", "send", lambda: dist.send(torch.ones(2), dst=peer, tag=5),
+            "tag 5")
+    refused("recv with tag 5", "recv", lambda: dist.recv(torch.ones(2), src=peer, tag=5),
+            "tag 5")
+    refused("isend with tag 7", "send", lambda: dist.isend(torch.ones(2), dst=peer, tag=7),
+            "tag 7")
+    refused("irecv with tag -1", "recv", lambda: dist.irecv(torch.ones(2), src=peer, tag=-1),
+            "tag -1")
 refused("send to rank world_size", "send", lambda: dist.send(torch.ones(2), dst=n),
         f"peer {n}")
 # The same exchange with tag 0 works (an odd ring needs the async calls).
@@ -138,9 +160,58 @@ check(torch.equal(got, torch.full((2,), float((rank - 1) % n))), "send/recv with
 refused("all_gather of world_size + 1 outputs", "allgather",
         lambda: dist.all_gather([torch.zeros(2) for _ in range(n + 1)], torch.ones(2)),
         "world_size")
-refused("all_gather of a short output", "allgather",
-        lambda: dist.all_gather([torch.zeros(1)] + [torch.zeros(2) for _ in range(n - 1)],
+# This rank's own output must hold its input (the others may differ: an uneven all_gather).
+refused("all_gather of a short output for this rank", "allgather",
+        lambda: dist.all_gather([torch.zeros(1 if r == rank else 2) for r in range(n)],
                                 torch.ones(2)), "elements")
+# Uneven all_gather whose output sizes disagree across ranks: allgatherv's counts differ, a
+# mismatch on every rank (each rank expects rank 0 to send 2 + its own rank elements).
+# A mismatch fails the communicator it happens on (chorus.h), so each such case runs on a
+# group of its own, dropped after it.
+def on_new_group(fn):
+    def run():
+        g = dist.new_group(backend="chorus")
+        try:
+            fn(g)
+        finally:
+            dist.destroy_process_group(g)
+    return run
+
+
+if n > 1:
+    refused("all_gather with output sizes that disagree across ranks", "allgather",
+            on_new_group(lambda g: dist.all_gather(
+                [torch.zeros(2 + rank if r == 0 else 1) for r in range(n)],
+                torch.ones(2 + rank if rank == 0 else 1), group=g)), "mismatch")
+# gather and scatter: a root outside the group; lists on the wrong ranks or of the wrong
+# length (made bad on every rank, so that every rank refuses before any data moves).
+refused("gather to root world_size", "gather",
+        lambda: pg.gather([], [torch.ones(2)], gather_opts(n)).wait(), f"root {n}")
+refused("scatter from root world_size", "scatter",
+        lambda: pg.scatter([torch.zeros(2)], [], scatter_opts(n)).wait(), f"root {n}")
+refused("gather with world_size + 1 outputs on the root, lists elsewhere", "gather",
+        lambda: pg.gather([[torch.zeros(2) for _ in range(n + 1 if rank == 0 else n)]],
+                          [torch.ones(2)], gather_opts(0)).wait(),
+        "world_size" if rank == 0 else "only the root")
+refused("scatter with a short input on the root, lists elsewhere", "scatter",
+        lambda: pg.scatter([torch.zeros(2)],
+                           [[torch.ones(1 if rank == 0 and r == n - 1 else 2) for r in range(n)]],
+                           scatter_opts(0)).wait(),
+        "elements" if rank == 0 else "only the root")
+refused("gather of mixed dtypes on the root, lists elsewhere", "gather",
+        lambda: pg.gather([[torch.zeros(2, dtype=torch.float64 if rank == 0 else torch.float32)
+                            for _ in range(n)]], [torch.ones(2)], gather_opts(0)).wait(),
+        "not Float" if rank == 0 else "only the root")
+# all_to_all_single whose splits are right locally but disagree between ranks: each rank
+# sends one row more to its right neighbour and one fewer to the next than they expect.
+if n > 2:
+    skew = [4 + (1 if p == (rank + 1) % n else -1 if p == (rank + 2) % n else 0)
+            for p in range(n)]
+    src, out = torch.zeros(ROWS, 2), torch.zeros(ROWS, 2)
+    refused("all_to_all_single splits that disagree between ranks", "alltoallv",
+            on_new_group(lambda g: dist.all_to_all_single(
+                out, src, output_split_sizes=even, input_split_sizes=skew, group=g)),
+            "mismatch")
 refused("reduce_scatter of world_size + 1 inputs", "reduce_scatter",
         lambda: dist.reduce_scatter(torch.zeros(2), [torch.ones(2) for _ in range(n + 1)]),
         "world_size")
@@ -164,7 +235,6 @@ refused("reduce to root world_size", "reduce",
 
 # Mixed dtypes: torch.distributed refuses them before the backend, so the group's own
 # methods are called here to reach its checks.
-pg = dist.distributed_c10d._get_default_group()
 refused("alltoall_base of mixed dtypes", A2A,
         lambda: pg.alltoall_base(torch.zeros(ROWS, dtype=torch.float64), torch.zeros(ROWS), even,
                                  even, dist.AllToAllOptions()).wait(), "not Float")

@@ -250,6 +250,25 @@ with warnings.catch_warnings():
              # (rank + 7: the second tensor's values out of phase with the first's)
              [data(r, [3], dt) for r in range(n)] + [data(r + 7, [2, 2], dt) for r in range(n)])
 
+# gather and scatter to/from each root; an uneven all_gather (rank r contributes r + 1
+# elements: allgatherv); Gloo is the reference where it has them.
+for dt in (torch.float32, torch.int64, torch.uint8):
+    for root in sorted({0, n - 1, n // 2}):
+        both(f"gather {dt} root={root}",
+             lambda: [torch.zeros(2, 3, dtype=dt) for _ in range(n)] if rank == root else [],
+             lambda ts, g, a, root=root: dist.gather(data(rank, [2, 3], dt),
+                                                     ts if rank == root else None, dst=root,
+                                                     group=g, async_op=a),
+             [data(r, [2, 3], dt) for r in range(n)] if rank == root else [])
+        both(f"scatter {dt} root={root}", lambda: torch.zeros(4, dtype=dt),
+             lambda t, g, a, root=root: dist.scatter(
+                 t, [data(r + 7 * root, [4], dt) for r in range(n)] if rank == root else None,
+                 src=root, group=g, async_op=a),
+             [data(rank + 7 * root, [4], dt)])
+    both(f"all_gather uneven {dt}", lambda: [torch.zeros(r + 1, dtype=dt) for r in range(n)],
+         lambda ts, g, a: dist.all_gather(ts, data(rank, [rank + 1], dt), group=g, async_op=a),
+         [data(r, [r + 1], dt) for r in range(n)])
+
 # The tensor forms (torch 1.13 has them too), then what only torch 2.x calls: their
 # coalesced forms through _coalescing_manager (FSDP) and the functional collectives that
 # compiled code uses.
