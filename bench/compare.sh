@@ -11,8 +11,11 @@
 #   sh bench/compare.sh -t tcp -n "2 4 8" -b 64K -e 256M -c allreduce -r 2
 #
 # -c lists the collectives: allreduce allgather reduce_scatter broadcast reduce alltoall
-# barrier, or all of them (all); float32, sum, root 0. The peers print chorus-bench's rows
-# with its size and count conventions, buffer contents and checks (bench/mpi/peer.h).
+# barrier gather scatter allgatherv reduce_scatterv alltoallv, or all of them (all);
+# float32, sum, root 0; the v-forms with equal blocks (count per rank, as their regular
+# counterparts). The peers print chorus-bench's rows with its size and count conventions,
+# buffer contents and checks (bench/mpi/peer.h). gloo-bench skips the last five (its
+# columns show "-").
 # -t picks the transport. shm (the default): Chorus as it chooses for local ranks (its shm
 # transport), Open MPI's vader BTL, Gloo over loopback tcp (Gloo has nothing else). tcp:
 # Chorus with CHORUS_TRANSPORT=tcp, Open MPI with the ob1 PML and the tcp BTL on lo only
@@ -30,14 +33,14 @@
 #
 # Every table has, for each library, the slowest rank's out-of-place time per call (us)
 # and the busbw computed here from it with the nccl-tests bytes and factors (allreduce
-# 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; broadcast, reduce 1; the bytes are
+# 2(n-1)/n; broadcast, reduce 1; every other collective (n-1)/n; the bytes are
 # the row's size column, which is count * 4 times n for the per-rank counts), so that
 # small sizes keep their digits. Ratios: peer time / Chorus time, and Chorus busbw / peer
 # busbw; above 1, Chorus is faster. The acceptance compares time per call up to 32 KiB and
 # busbw from 64 KiB, so under each table "# worst ratio up to 32 KiB (time)" and "# worst
 # ratio from 64 KiB (busbw)" give the lowest ratio over those sizes and where it was. A
 # barrier has no size: its table is one row of time per call. Sizes whose split moves no
-# data (allgather, reduce_scatter and alltoall below 4n bytes) show n/a.
+# data (every collective with per-rank blocks, below 4n bytes) show n/a.
 #
 # A peer that is not installed or not built is reported as "skipped: <reason>" and its
 # columns show "-"; so is a collective that a peer program skips (exit status 77). Sizes run
@@ -82,8 +85,8 @@ usage: $0 [-t shm|tcp] [-n "2 4 8"] [-b 8] [-e 64M] [-f 4] [-c "allreduce allgat
           [-g "gloo algorithms"] [-r 1] [-o DIR]
   -t  transport (shm: Chorus shm, Open MPI vader; tcp: both on loopback tcp)
   -n  rank counts          -b/-e  smallest/largest size (K M G)   -f  size factor
-  -c  collectives: allreduce allgather reduce_scatter broadcast reduce alltoall barrier,
-      or all
+  -c  collectives: allreduce allgather reduce_scatter broadcast reduce alltoall barrier
+      gather scatter allgatherv reduce_scatterv alltoallv, or all
   -r  runs of each band; the best time of each size is kept
   -g  Gloo allreduce algorithms: ring bcube ring_chunked halving_doubling bcube_legacy
       (default: ring for shm, all of them for tcp; the best of each size is shown)
@@ -119,10 +122,12 @@ if ! min=$(to_bytes "$min") || ! max=$(to_bytes "$max"); then usage; fi
 if ! [ "$factor" -ge 2 ] 2>/dev/null || ! [ "$repeat" -ge 1 ] 2>/dev/null; then usage; fi
 if ! [ "$min" -ge 1 ] || ! [ "$min" -le "$max" ]; then usage; fi
 all_colls="allreduce allgather reduce_scatter broadcast reduce alltoall barrier"
+all_colls="$all_colls gather scatter allgatherv reduce_scatterv alltoallv"
 for c in $colls; do
     case $c in
     all) colls=$all_colls ;;
     allreduce | allgather | reduce_scatter | broadcast | reduce | alltoall | barrier) ;;
+    gather | scatter | allgatherv | reduce_scatterv | alltoallv) ;;
     *) usage ;;
     esac
 done
@@ -392,12 +397,15 @@ merge_gloo() {
         awk -v algo="${g#gloo-}" '{ print FNR, algo, $0 }' "$outdir/$g.$n.$coll"
     done | awk -v out="$outdir/gloo.$n.$coll" -v names="$outdir/gloo.$n.$coll.algo" \
         -v coll="$coll" '
-        # A wrong count other than 0 fails the row; "-" (none) is right only for a barrier.
-        function bad(w) { return w == "-" ? coll != "barrier" : w != 0 }
+        # A wrong count other than 0 fails the row; "-" (none) is right only for a barrier,
+        # and in place (inpl) for alltoallv, which has no in-place form.
+        function bad(w, inpl) {
+            return w == "-" ? !(coll == "barrier" || (inpl && coll == "alltoallv")) : w != 0
+        }
         {
             i = $1; if (i > rows) rows = i
             if ($3 == "SKIP") { skip[i] = 1; next }
-            if ($3 == "FAIL" || bad($6) || bad($7)) next
+            if ($3 == "FAIL" || bad($6, 0) || bad($7, 1)) next
             if (!(i in best) || $5 + 0 < t[i]) {
                 best[i] = $3 " " $4 " " $5 " " $6 " " $7; t[i] = $5 + 0; name[i] = $2
             }
@@ -414,14 +422,17 @@ merge_gloo() {
 # wrong_out wrong_in", or FAIL, or SKIP (the program skipped the collective), or empty (the
 # library was skipped); coll is the collective.
 table_awk='
-    # A wrong count other than 0 fails the row; "-" (none) is right only for a barrier.
-    function bad(w) { return w == "-" ? coll != "barrier" : w != 0 }
+    # A wrong count other than 0 fails the row; "-" (none) is right only for a barrier,
+    # and in place (inpl) for alltoallv, which has no in-place form.
+    function bad(w, inpl) {
+        return w == "-" ? !(coll == "barrier" || (inpl && coll == "alltoallv")) : w != 0
+    }
     # "" for a row with numbers to show, else what its columns show instead.
     function state(row,   a) {
         if (row == "" || row == "SKIP") return "-"
         if (row == "FAIL") return "FAIL"
         split(row, a, " ")
-        return bad(a[4]) || bad(a[5]) ? "FAIL" : ""
+        return bad(a[4], 0) || bad(a[5], 1) ? "FAIL" : ""
     }
     # Time per call (us). A size whose split moves no data (count 0) shows n/a: Gloo
     # does not even make such a call, so there is nothing to compare.

@@ -299,8 +299,14 @@ void bench_run_algo_all(bench_t *b)
     else make_variants(b, a);
     for (int coll = first; coll <= last; coll++) {
         test_t t = {(coll_t)coll, b->opt.dtype, b->opt.op, b->opt.root, b->rank, b->nranks};
-        /* Point-to-point exchanges have no algorithm to choose. */
-        if (t.coll == COLL_SENDRECV) continue;
+        /* Point-to-point exchanges, and the rooted and irregular collectives (one
+         * algorithm each), have no algorithm to choose. */
+        if (!bench_coll_has_algos(t.coll)) {
+            if (!b->opt.all_colls && b->rank == 0)
+                printf("#\n# %s: one algorithm, nothing to compare: skipped\n",
+                       bench_coll_name(t.coll));
+            continue;
+        }
         a->nbest = 0;
         for (size_t size = b->opt.min_bytes; size <= b->opt.max_bytes;) {
             size_t next = b->opt.factor > 1 ? size * b->opt.factor : size + b->opt.step_bytes;

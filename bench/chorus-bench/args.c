@@ -28,8 +28,9 @@ enum {
 };
 
 static const char *const coll_names[COLL_COUNT] = {
-    "allreduce", "allgather", "reduce_scatter", "broadcast",
-    "reduce",    "alltoall",  "sendrecv",       "barrier",
+    "allreduce",  "allgather",       "reduce_scatter", "broadcast", "reduce",
+    "alltoall",   "sendrecv",        "barrier",        "gather",    "scatter",
+    "allgatherv", "reduce_scatterv", "alltoallv",
 };
 
 static const char *const dtype_aliases[][2] = {
@@ -68,7 +69,9 @@ void bench_usage(FILE *out)
         "       chorus-bench --topo-dump FILE   (this host's topology as JSON, the schema\n"
         "                           of docs/topology.schema.json that CHORUS_TOPO_FILE reads)\n"
         "COLLECTIVE: allreduce allgather reduce_scatter broadcast reduce alltoall sendrecv\n"
-        "            barrier, or all (each in turn); nccl-tests names (all_reduce_perf) work\n"
+        "            barrier gather scatter allgatherv reduce_scatterv alltoallv (the v-forms\n"
+        "            with equal blocks; these five on host buffers only), or all (each in\n"
+        "            turn); nccl-tests names (all_reduce_perf, gather_perf) work\n"
         "options as in nccl-tests:\n"
         "  -b, --minbytes SIZE      smallest size in bytes, K/M/G suffixes (default 32M)\n"
         "  -e, --maxbytes SIZE      largest size (default 32M)\n"
@@ -81,7 +84,7 @@ void bench_usage(FILE *out)
         "  -d, --datatype TYPE      int8 uint8 int32 uint32 int64 uint64 float16 bfloat16\n"
         "                           float32 float64, or all (default float32)\n"
         "  -o, --op OP              sum prod min max avg, or all (default sum)\n"
-        "  -r, --root N             root of broadcast and reduce (default 0)\n"
+        "  -r, --root N             root of broadcast, reduce, gather, scatter (0)\n"
         "  -a, --average 0|1|2|3    the time a row shows: 0 rank 0's, 1 the mean over ranks,\n"
         "                           2 the fastest rank's, 3 the slowest rank's (default 3)\n"
         "  -z, --blocking 0|1       host buffers: accepted for nccl-tests scripts (host\n"

@@ -33,6 +33,15 @@ typedef enum {
     COLL_ALLTOALL,
     COLL_SENDRECV, /* ring: send to rank + 1, receive from rank - 1, in one group */
     COLL_BARRIER,  /* latency only: no data */
+    /* The rooted and irregular ones (host memory only in the library). They come after the
+     * others so that the first eight keep their numbers; the v-forms run with uniform
+     * counts, the default of nccl-tests and OSU, so that they line up with their regular
+     * counterparts (bench_counts). */
+    COLL_GATHER,
+    COLL_SCATTER,
+    COLL_ALLGATHERV,
+    COLL_REDUCE_SCATTERV,
+    COLL_ALLTOALLV,
     COLL_COUNT
 } coll_t;
 
@@ -82,7 +91,7 @@ typedef struct {
     coll_t coll;
     chorus_dtype_t dtype;
     chorus_op_t op; /* ignored by collectives that do not reduce */
-    int root;       /* used by broadcast and reduce */
+    int root;       /* used by broadcast, reduce, gather and scatter */
     int rank;
     int nranks;
 } test_t;
@@ -159,6 +168,9 @@ typedef struct {
     int rank, nranks;
     void *sendbuf, *recvbuf; /* -G: device memory, never touched by the host */
     double *times;           /* one per rank, for the spread across ranks */
+    /* The v-forms' count and displacement arrays (one entry per rank), uniform: every block
+     * holds vper elements at rank * vper. Filled when a call's per-rank count changes. */
+    size_t *vcounts, *vdispls, vper;
     /* -G: the plugin's table, the stream every call runs on, the device ordinal, and the
      * host mirrors of sendbuf and recvbuf where checked data is made and read. */
     const struct chorus_gpu_ops *gpu;
@@ -187,6 +199,10 @@ int bench_coll_reduces(coll_t coll);
 int bench_coll_rooted(coll_t coll);
 /* 1 if the collective has an in-place form that chorus-bench times. */
 int bench_coll_has_in_place(coll_t coll);
+/* 1 if the library runs the collective on host memory only (no -G, no --backend nccl). */
+int bench_coll_host_only(coll_t coll);
+/* 1 if the library has more than one algorithm for the collective (--algo all, calibrate). */
+int bench_coll_has_algos(coll_t coll);
 /* Fills the buffers for a checked run and returns the send and receive pointers to pass
  * to the call: the send data are exact values that depend on rank and index, the
  * receive buffer (or, in place, the rest of the common buffer) holds a pattern that no

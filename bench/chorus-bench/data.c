@@ -9,7 +9,8 @@
  *             multiple of n, so the average is exact too.
  *   prod      v in {1, 2}: exactly i mod (min(n, 6) + 1) ranks hold a 2, so every
  *             product is a power of two no larger than 64.
- *   min, max and the collectives that only move data (sendrecv included):
+ *   min, max and the collectives that only move data (sendrecv, gather, scatter and the
+ *             v-forms included):
  *             v = (7 i + 31 r + 1) mod (L + 1).
  * L is the largest integer below which every integer is exact in the datatype and no
  * sum overflows (127 for the 8-bit types, 256 for bfloat16, 2048 for float16). Integer
@@ -30,20 +31,29 @@ counts_t bench_counts(coll_t coll, size_t count, int nranks)
     size_t n = (size_t)nranks, per_rank = count / n;
     counts_t c = {count, count, count, 0, 0};
 
+    /* Gather is laid out as allgather and scatter as reduce_scatter (nccl-tests'
+     * gather_perf and scatter_perf): on the root, in place, the root's own block is
+     * sendbuf == recvbuf + root * count (gather) or recvbuf == sendbuf + root * count
+     * (scatter), which is the library's in-place rule; the other ranks use one buffer too. */
     switch (coll) {
     case COLL_ALLGATHER:
+    case COLL_ALLGATHERV:
+    case COLL_GATHER:
         c.send_count = per_rank;
         c.recv_count = per_rank * n;
         c.param_count = per_rank;
         c.send_inplace_offset = per_rank;
         break;
     case COLL_REDUCE_SCATTER:
+    case COLL_REDUCE_SCATTERV:
+    case COLL_SCATTER:
         c.send_count = per_rank * n;
         c.recv_count = per_rank;
         c.param_count = per_rank;
         c.recv_inplace_offset = per_rank;
         break;
     case COLL_ALLTOALL:
+    case COLL_ALLTOALLV:
         c.send_count = per_rank * n;
         c.recv_count = per_rank * n;
         c.param_count = per_rank;
@@ -56,19 +66,34 @@ counts_t bench_counts(coll_t coll, size_t count, int nranks)
 
 int bench_coll_reduces(coll_t coll)
 {
-    return coll == COLL_ALLREDUCE || coll == COLL_REDUCE_SCATTER || coll == COLL_REDUCE;
+    return coll == COLL_ALLREDUCE || coll == COLL_REDUCE_SCATTER || coll == COLL_REDUCE ||
+           coll == COLL_REDUCE_SCATTERV;
 }
 
 int bench_coll_rooted(coll_t coll)
 {
-    return coll == COLL_BROADCAST || coll == COLL_REDUCE;
+    return coll == COLL_BROADCAST || coll == COLL_REDUCE || coll == COLL_GATHER ||
+           coll == COLL_SCATTER;
 }
 
 /* Sendrecv in place would receive into the buffer it is still sending from within one
- * group, which the API does not define; a barrier has no buffers. */
+ * group, which the API does not define; chorus_alltoallv has no in-place form (chorus.h);
+ * a barrier has no buffers. */
 int bench_coll_has_in_place(coll_t coll)
 {
-    return coll != COLL_SENDRECV && coll != COLL_BARRIER;
+    return coll != COLL_SENDRECV && coll != COLL_BARRIER && coll != COLL_ALLTOALLV;
+}
+
+int bench_coll_host_only(coll_t coll)
+{
+    return coll >= COLL_GATHER && coll < COLL_COUNT;
+}
+
+/* The rooted and irregular collectives have one algorithm each (chorus.h,
+ * chorus_algorithm_name); sendrecv is point to point. */
+int bench_coll_has_algos(coll_t coll)
+{
+    return coll != COLL_SENDRECV && !bench_coll_host_only(coll);
 }
 
 static int64_t exact_limit(chorus_dtype_t dtype)
@@ -238,10 +263,17 @@ static void expected(const test_t *t, const counts_t *c, size_t j, void *out)
     switch (t->coll) {
     case COLL_ALLREDUCE:
     case COLL_REDUCE: expected_reduction(t, j, out); break;
-    case COLL_REDUCE_SCATTER: expected_reduction(t, (size_t)t->rank * per + j, out); break;
+    case COLL_REDUCE_SCATTER:
+    case COLL_REDUCE_SCATTERV: expected_reduction(t, (size_t)t->rank * per + j, out); break;
     case COLL_BROADCAST: store_value(t->dtype, out, 0, gen(t, t->root, j)); break;
-    case COLL_ALLGATHER: store_value(t->dtype, out, 0, gen(t, (int)(j / per), j % per)); break;
+    case COLL_SCATTER:
+        store_value(t->dtype, out, 0, gen(t, t->root, (size_t)t->rank * per + j));
+        break;
+    case COLL_ALLGATHER:
+    case COLL_ALLGATHERV:
+    case COLL_GATHER: store_value(t->dtype, out, 0, gen(t, (int)(j / per), j % per)); break;
     case COLL_ALLTOALL:
+    case COLL_ALLTOALLV:
         store_value(t->dtype, out, 0, gen(t, (int)(j / per), (size_t)t->rank * per + j % per));
         break;
     case COLL_SENDRECV:
@@ -276,8 +308,8 @@ size_t bench_count_wrong(const test_t *t, const counts_t *c, const void *recv)
     size_t es = chorus_dtype_size(t->dtype), wrong = 0;
     unsigned char want[8];
 
-    /* Reduce writes only on the root; the other ranks have nothing to check. */
-    if (t->coll == COLL_REDUCE && t->rank != t->root) return 0;
+    /* Reduce and gather write only on the root; the other ranks have nothing to check. */
+    if ((t->coll == COLL_REDUCE || t->coll == COLL_GATHER) && t->rank != t->root) return 0;
     for (size_t j = 0; j < c->recv_count; j++) {
         expected(t, c, j, want);
         if (memcmp((const char *)recv + j * es, want, es) != 0) wrong++;

@@ -291,7 +291,11 @@ int main(int argc, char **argv)
     }
     bench_gpu_setup(&b);
     b.times = calloc((size_t)b.nranks, sizeof(double));
-    if (b.times == NULL) bench_fail(&b, CHORUS_ERR_NO_MEMORY, "allocation", 0);
+    b.vcounts = calloc((size_t)b.nranks, sizeof(size_t));
+    b.vdispls = calloc((size_t)b.nranks, sizeof(size_t));
+    if (b.times == NULL || b.vcounts == NULL || b.vdispls == NULL)
+        bench_fail(&b, CHORUS_ERR_NO_MEMORY, "allocation", 0);
+    b.vper = SIZE_MAX; /* no layout yet: the first v-form call fills the arrays */
     b.world = b.comm;
     print_header(&b);
     if (b.opt.algo_all) {
@@ -314,6 +318,8 @@ int main(int argc, char **argv)
     if (status != CHORUS_SUCCESS) bench_fail(&b, status, "final barrier", 0);
     bench_results_free(&b.res);
     free(b.times);
+    free(b.vcounts);
+    free(b.vdispls);
     bench_gpu_teardown(&b);
     chorus_comm_destroy(b.comm);
     return rc;

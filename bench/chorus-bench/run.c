@@ -60,10 +60,25 @@ static chorus_status_t run_sendrecv(const bench_t *b, const test_t *t, size_t co
     return status != CHORUS_SUCCESS ? status : end_status;
 }
 
+/* The v-forms' arrays for blocks of per elements each: counts all per, displacements
+ * rank * per, in send and receive buffers alike. Refilled only when per changes, so the
+ * timed loop does not pay for it; every rank passes the same arrays, as the matching rules
+ * of chorus.h require. */
+static void uniform_layout(bench_t *b, size_t per)
+{
+    if (b->vper == per) return;
+    for (int r = 0; r < b->nranks; r++) {
+        b->vcounts[r] = per;
+        b->vdispls[r] = (size_t)r * per;
+    }
+    b->vper = per;
+}
+
 chorus_status_t bench_run_coll(bench_t *b, const test_t *t, const counts_t *c, const void *send,
                                void *recv)
 {
     void *s = b->stream;
+    size_t per = c->param_count;
 
     if (b->opt.backend == BACKEND_NCCL) return bench_nccl_run(b, t, c, send, recv);
     switch (t->coll) {
@@ -79,6 +94,18 @@ chorus_status_t bench_run_coll(bench_t *b, const test_t *t, const counts_t *c, c
     case COLL_ALLTOALL: return chorus_alltoall(send, recv, c->param_count, t->dtype, b->comm, s);
     case COLL_SENDRECV: return run_sendrecv(b, t, c->param_count, send, recv);
     case COLL_BARRIER: return chorus_barrier(b->comm);
+    case COLL_GATHER: return chorus_gather(send, recv, per, t->dtype, t->root, b->comm, s);
+    case COLL_SCATTER: return chorus_scatter(send, recv, per, t->dtype, t->root, b->comm, s);
+    case COLL_ALLGATHERV:
+        uniform_layout(b, per);
+        return chorus_allgatherv(send, recv, per, b->vcounts, b->vdispls, t->dtype, b->comm, s);
+    case COLL_REDUCE_SCATTERV:
+        uniform_layout(b, per);
+        return chorus_reduce_scatterv(send, recv, b->vcounts, t->dtype, t->op, b->comm, s);
+    case COLL_ALLTOALLV:
+        uniform_layout(b, per);
+        return chorus_alltoallv(send, recv, b->vcounts, b->vdispls, b->vcounts, b->vdispls,
+                                t->dtype, b->comm, s);
     default: return CHORUS_ERR_INVALID_ARGUMENT;
     }
 }
@@ -137,9 +164,17 @@ static void bandwidth(const test_t *t, const counts_t *c, double sec, double *al
 
     switch (t->coll) {
     case COLL_ALLREDUCE: factor = 2.0 * (n - 1) / n; break;
+    /* nccl-tests gives gather and scatter allgather's bytes and factor (the root moves
+     * n - 1 blocks of the n it holds); the v-forms, with equal blocks, their regular
+     * counterparts'. */
     case COLL_ALLGATHER:
     case COLL_REDUCE_SCATTER:
     case COLL_ALLTOALL:
+    case COLL_GATHER:
+    case COLL_SCATTER:
+    case COLL_ALLGATHERV:
+    case COLL_REDUCE_SCATTERV:
+    case COLL_ALLTOALLV:
         bytes *= n;
         factor = (n - 1) / n;
         break;
@@ -432,6 +467,13 @@ static void run_coll_tests(bench_t *b, coll_t coll)
 
     if (b->opt.backend == BACKEND_NCCL && coll == COLL_BARRIER) {
         if (b->rank == 0) printf("#\n# barrier: NCCL has no barrier: skipped\n");
+        return;
+    }
+    /* Every rank decides alike (the options are the same everywhere), so no rank waits. */
+    if (b->opt.device && bench_coll_host_only(coll)) {
+        if (b->rank == 0)
+            printf("#\n# %s: Chorus runs it on host memory only: skipped with -G\n",
+                   bench_coll_name(coll));
         return;
     }
     print_columns(b, coll);

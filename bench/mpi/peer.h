@@ -5,7 +5,9 @@
  * conventions of chorus-bench and nccl-tests (bench/README.md), so that the three tables
  * line up row for row and column for column. Every collective that the three libraries
  * share is measured: allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall and
- * barrier, in float32 with sum and root 0 (-r picks another root).
+ * barrier, and the rooted and irregular ones gather, scatter, allgatherv, reduce_scatterv
+ * and alltoallv (the v-forms with equal blocks, as chorus-bench runs them; a backend may
+ * skip those), in float32 with sum and root 0 (-r picks another root).
  *
  * What must match chorus-bench, and where chorus-bench defines it:
  *   counts and in-place layout  bench_counts() in bench/chorus-bench/data.c (peer_counts)
@@ -43,11 +45,17 @@ enum {
     PEER_REDUCE,
     PEER_ALLTOALL,
     PEER_BARRIER,
+    PEER_GATHER,
+    PEER_SCATTER,
+    PEER_ALLGATHERV,
+    PEER_REDUCE_SCATTERV,
+    PEER_ALLTOALLV,
     PEER_NCOLLS
 };
 
 static const char *const peer_coll_names[PEER_NCOLLS] = {
-    "allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "barrier"};
+    "allreduce", "allgather", "reduce_scatter", "broadcast",  "reduce",          "alltoall",
+    "barrier",   "gather",    "scatter",        "allgatherv", "reduce_scatterv", "alltoallv"};
 
 /* The exit status of a collective that a library cannot run here, after a line
  * "skipped: <reason>" (as chorus-bench and the tests use it). */
@@ -61,14 +69,16 @@ typedef struct {
 
 /* One call, with the arguments chorus-bench passes to Chorus for the same row:
  *   count     the call's count argument: every element for allreduce, broadcast and
- *             reduce, per rank for allgather and reduce_scatter, per peer for alltoall, 0
- *             for barrier;
+ *             reduce, per rank for allgather, reduce_scatter, gather, scatter and the
+ *             v-forms (every block of a v-form holds count elements, at rank * count),
+ *             per peer for alltoall, 0 for barrier;
  *   send/recv out of place, two buffers; in place, both point into one buffer as
- *             chorus-bench lays it out (allgather: send = recv + rank * count;
- *             reduce_scatter: recv = send + rank * count, send being the whole input;
- *             the others: send == recv). The backend makes its library's in-place call
- *             (MPI_IN_PLACE, no Gloo input);
- *   root      broadcast and reduce. */
+ *             chorus-bench lays it out (allgather, allgatherv, gather: send = recv +
+ *             rank * count; reduce_scatter, reduce_scatterv, scatter: recv = send +
+ *             rank * count, send being the whole input; the others: send == recv;
+ *             alltoallv has no in-place form). The backend makes its library's in-place
+ *             call (MPI_IN_PLACE on the root of gather and scatter, no Gloo input);
+ *   root      broadcast, reduce, gather and scatter. */
 typedef struct {
     int coll;
     const float *send;
@@ -95,7 +105,8 @@ typedef struct {
     int (*max_double)(void *ctx, double *value);  /* in place, over the ranks */
     int (*sum_u64)(void *ctx, uint64_t *value);   /* in place, over the ranks */
     int (*gather_pids)(void *ctx, int32_t *pids); /* nranks entries, optional (NULL) */
-    /* 1 when an in-place reduce_scatter leaves this rank's block at the start of the
+    /* 1 when an in-place reduce_scatter (and reduce_scatterv) leaves this rank's block at
+     * the start of the
      * buffer (MPI's MPI_IN_PLACE rule, Gloo's ReduceScatterHalvingDoubling) rather than at
      * recv (chorus-bench's layout, after nccl-tests): the check then reads it there, so
      * that the timed call stays the library's own in-place call without an extra copy. */
@@ -113,10 +124,12 @@ static void peer_usage(const char *prog)
     fprintf(stderr,
             "usage: %s COLLECTIVE [-b SIZE] [-e SIZE] [-f N] [-n N] [-w N] [-c 0|1] [-r ROOT]\n"
             "  COLLECTIVE: allreduce allgather reduce_scatter broadcast reduce alltoall barrier\n"
+            "  gather scatter allgatherv reduce_scatterv alltoallv (equal blocks)\n"
             "  (nccl-tests names such as all_reduce_perf work too). float32 only, sum for the\n"
             "  reductions. Options as chorus-bench (bench/README.md): -b/-e smallest/largest\n"
             "  size (K M G suffixes), -f size factor (>= 2), -n timed iterations, -w warm-up\n"
-            "  iterations, -c check the results, -r root of broadcast and reduce (0).\n",
+            "  iterations, -c check the results, -r root of broadcast, reduce, gather and\n"
+            "  scatter (0).\n",
             prog);
 }
 
@@ -199,12 +212,21 @@ err_usage:
 
 static int peer_reduces(int coll)
 {
-    return coll == PEER_ALLREDUCE || coll == PEER_REDUCE_SCATTER || coll == PEER_REDUCE;
+    return coll == PEER_ALLREDUCE || coll == PEER_REDUCE_SCATTER || coll == PEER_REDUCE ||
+           coll == PEER_REDUCE_SCATTERV;
 }
 
 static int peer_rooted(int coll)
 {
-    return coll == PEER_BROADCAST || coll == PEER_REDUCE;
+    return coll == PEER_BROADCAST || coll == PEER_REDUCE || coll == PEER_GATHER ||
+           coll == PEER_SCATTER;
+}
+
+/* As bench_coll_has_in_place(): chorus_alltoallv has no in-place form, so no peer times
+ * one; a barrier has no buffers. */
+static int peer_has_in_place(int coll)
+{
+    return coll != PEER_BARRIER && coll != PEER_ALLTOALLV;
 }
 
 /* The split of count elements (size / 4) among the buffers, as bench_counts(). */
@@ -217,14 +239,19 @@ static peer_counts_t peer_counts(int coll, size_t count, int nranks)
     c.send_off = c.recv_off = 0;
     switch (coll) {
     case PEER_ALLGATHER:
+    case PEER_ALLGATHERV:
+    case PEER_GATHER:
         c.send = c.param = c.send_off = per;
         c.recv = per * n;
         break;
     case PEER_REDUCE_SCATTER:
+    case PEER_REDUCE_SCATTERV:
+    case PEER_SCATTER:
         c.send = per * n;
         c.recv = c.param = c.recv_off = per;
         break;
     case PEER_ALLTOALL:
+    case PEER_ALLTOALLV:
         c.send = c.recv = per * n;
         c.param = per;
         break;
@@ -276,10 +303,16 @@ static float peer_expected(const peer_backend_t *be, int coll, size_t per, int r
     int n = be->nranks;
 
     switch (coll) {
-    case PEER_REDUCE_SCATTER: return peer_sum(coll, n, (size_t)be->rank * per + j);
+    case PEER_REDUCE_SCATTER:
+    case PEER_REDUCE_SCATTERV: return peer_sum(coll, n, (size_t)be->rank * per + j);
     case PEER_BROADCAST: return peer_value(coll, n, root, j);
-    case PEER_ALLGATHER: return peer_value(coll, n, (int)(j / per), j % per);
-    case PEER_ALLTOALL: return peer_value(coll, n, (int)(j / per), (size_t)be->rank * per + j % per);
+    case PEER_SCATTER: return peer_value(coll, n, root, (size_t)be->rank * per + j);
+    case PEER_ALLGATHER:
+    case PEER_ALLGATHERV:
+    case PEER_GATHER: return peer_value(coll, n, (int)(j / per), j % per);
+    case PEER_ALLTOALL:
+    case PEER_ALLTOALLV:
+        return peer_value(coll, n, (int)(j / per), (size_t)be->rank * per + j % per);
     default: return peer_sum(coll, n, j); /* allreduce, reduce */
     }
 }
@@ -317,15 +350,17 @@ static void peer_prepare(const peer_backend_t *be, const peer_call_t *call, cons
 }
 
 /* Result elements of this rank that differ bit for bit from the expected ones, as
- * bench_count_wrong(): reduce writes only on the root. */
+ * bench_count_wrong(): reduce and gather write only on the root. */
 static uint64_t peer_count_wrong(const peer_backend_t *be, const peer_call_t *call,
                                  const peer_counts_t *c)
 {
     const float *result = call->recv;
     uint64_t wrong = 0;
 
-    if (call->coll == PEER_REDUCE && be->rank != call->root) return 0;
-    if (call->coll == PEER_REDUCE_SCATTER && call->in_place && be->in_place_rs_at_start)
+    if ((call->coll == PEER_REDUCE || call->coll == PEER_GATHER) && be->rank != call->root)
+        return 0;
+    if ((call->coll == PEER_REDUCE_SCATTER || call->coll == PEER_REDUCE_SCATTERV) &&
+        call->in_place && be->in_place_rs_at_start)
         result = call->send;
     for (size_t j = 0; j < c->recv; j++) {
         float want = peer_expected(be, call->coll, c->param, call->root, j);
@@ -343,8 +378,9 @@ static double peer_now(void)
 }
 
 /* algbw and busbw in GB/s with the bytes and factors of nccl-tests, as bandwidth() in
- * chorus-bench: bytes are count * 4, times n for allgather, reduce_scatter and alltoall
- * (whose count is per rank or per peer); the barrier moves none. */
+ * chorus-bench: bytes are count * 4, times n for allgather, reduce_scatter, alltoall,
+ * gather, scatter and the v-forms (whose count is per rank or per peer), with the factor
+ * (n - 1) / n; the barrier moves none. */
 static void peer_bandwidth(int coll, int nranks, size_t count, double sec, double *algbw_p,
                            double *busbw_p)
 {
@@ -355,6 +391,11 @@ static void peer_bandwidth(int coll, int nranks, size_t count, double sec, doubl
     case PEER_ALLGATHER:
     case PEER_REDUCE_SCATTER:
     case PEER_ALLTOALL:
+    case PEER_GATHER:
+    case PEER_SCATTER:
+    case PEER_ALLGATHERV:
+    case PEER_REDUCE_SCATTERV:
+    case PEER_ALLTOALLV:
         bytes *= n;
         factor = (n - 1) / n;
         break;
@@ -497,7 +538,7 @@ static int peer_main(const peer_backend_t *be, const peer_opts_t *opt)
                    coll == PEER_BARRIER ? "none" : "float32", peer_reduces(coll) ? "sum" : "none",
                    peer_rooted(coll) ? opt->root : -1);
         if (peer_half(&run, &c, 0) != 0) goto err_free_recv;
-        if (coll != PEER_BARRIER) {
+        if (peer_has_in_place(coll)) {
             if (peer_half(&run, &c, 1) != 0) goto err_free_recv;
         } else if (be->rank == 0) {
             printf("  %7s  %6s  %6s  %5s", "-", "-", "-", "-");

@@ -11,7 +11,9 @@
 #      missing (on the fake plugin always: NCCL cannot drive host memory), or, on a machine
 #      that has both, runs and checks; a run that could not happen prints PART-SKIP nccl;
 #   3. `-G` with CHORUS_CUDA_PLUGIN=none says `skipped: no CUDA device` and exits 77;
-#   4. `--backend nccl` without -G is a usage error (exit 2).
+#   4. `--backend nccl` without -G is a usage error (exit 2);
+#   5. gather (host memory only in the library) with -G prints that it is skipped, runs
+#      nothing and exits 0, so that `all -G` still times the other collectives.
 # The script exits 0 when every check passes, 1 otherwise.
 set -u
 BUILD=${BUILD:-build}
@@ -119,6 +121,16 @@ grep -q '^skipped: no CUDA device' "$out" ||
 "$BENCH" allreduce --backend nccl >"$TMP/usage.out" 2>&1
 rc=$?
 [ "$rc" -eq 2 ] || fail "--backend nccl without -G exited $rc, want 2 (usage)"
+
+# 5. A host-only collective under -G: a line saying so, no row, no failure.
+out="$TMP/gather.out"
+CHORUS_CUDA_PLUGIN="$FAKE" "$RUN" -n 2 -q --timeout 60 -- "$BENCH" gather -G -b 8 -e 1K -f 4 \
+    >"$out" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || fail "gather -G exited $rc, want 0"
+grep -q '^# gather: Chorus runs it on host memory only: skipped with -G' "$out" ||
+    fail "gather -G did not say it was skipped"
+[ -z "$(awk '!/^#/ && NF >= 14' "$out")" ] || fail "gather -G printed rows"
 
 # The JSON of -G against the schema, where python3 has jsonschema.
 if ! python3 -c 'import jsonschema' 2>/dev/null; then

@@ -45,9 +45,10 @@ for n in 2 3 4 8; do
     fi
     grep -q '^# Out of bounds values : 0 OK$' "$out" || fail "$n ranks: wrong values reported"
     blocks=$(grep -c '^# [a-z_]*: the time column is' "$out")
-    [ "$blocks" -eq 8 ] || fail "$n ranks: $blocks collective tables, want 8"
+    [ "$blocks" -eq 13 ] || fail "$n ranks: $blocks collective tables, want 13"
     # Every line of the main tables has #wrong 0 (column 9, out of place) and 0 or '-' (no
-    # in-place form) in column 13; the barrier's is N/A: it moves no data.
+    # in-place form: sendrecv, alltoallv) in column 13; the barrier's is N/A: it moves no
+    # data.
     bad=$(awk '!/^#/ && NF >= 14 && (($9 != "0" && $9 != "N/A") || ($13 != "0" && $13 != "-"))' \
         "$out" | head -n 3)
     [ -z "$bad" ] || fail "$n ranks: rows with wrong values: $bad"
@@ -129,14 +130,15 @@ def check(path):
 doc = check(sys.argv[2])
 meta, rows = doc["metadata"], doc["rows"]
 want = {"allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall",
-        "sendrecv", "barrier"}
+        "sendrecv", "barrier", "gather", "scatter", "allgatherv", "reduce_scatterv",
+        "alltoallv"}
 got = {r["collective"] for r in rows}
 if got != want:
     print(f"FAIL: collectives {sorted(got)}, want {sorted(want)}"); ok = False
-# Sizes 8, 512 and 32768: 3 sizes x 2 placements for 6 collectives, 3 sizes for sendrecv
-# (no in-place form), 1 barrier row.
-if len(rows) != 6 * 3 * 2 + 3 + 1:
-    print(f"FAIL: {len(rows)} rows, want 40"); ok = False
+# Sizes 8, 512 and 32768: 3 sizes x 2 placements for 10 collectives, 3 sizes for sendrecv
+# and alltoallv (no in-place form), 1 barrier row.
+if len(rows) != 10 * 3 * 2 + 2 * 3 + 1:
+    print(f"FAIL: {len(rows)} rows, want 67"); ok = False
 if meta["ranks"] != 2 or meta["hosts"] != 1 or meta["transport"] != "shm" \
         or meta["algo_requested"] != "auto" or meta["options"]["iters"] != 2:
     print(f"FAIL: metadata {meta}"); ok = False
@@ -149,10 +151,13 @@ for r in rows:
         print(f"FAIL: latency spread or -a 3 time wrong in {r}"); ok = False
         break
 # With 2 ranks every size here is below the 64 KiB latency threshold of the automatic
-# choice: recursive doubling for allreduce, trees for broadcast and reduce.
+# choice: recursive doubling for allreduce, trees for broadcast and reduce; the rooted and
+# irregular collectives have one algorithm each.
 want_algo = {"allreduce": "rd", "allgather": "ring", "reduce_scatter": "ring",
              "broadcast": "tree", "reduce": "tree", "alltoall": "pairwise",
-             "sendrecv": "p2p", "barrier": "dissemination"}
+             "sendrecv": "p2p", "barrier": "dissemination", "gather": "direct",
+             "scatter": "direct", "allgatherv": "ring", "reduce_scatterv": "ring",
+             "alltoallv": "pairwise"}
 bad = [(r["collective"], r["size"], r["algo"]) for r in rows
        if r["algo"] != want_algo[r["collective"]]]
 if bad:
@@ -175,7 +180,7 @@ for env, requested, want in (("ALGO_AUTO", "auto", ["rd", "rd", "ring", "ring"])
 # The validation itself must be able to fail.
 broken = copy.deepcopy(doc)
 broken["rows"][0]["op"] = None  # allreduce always has an op
-broken["rows"][-1]["in_place"] = True  # a barrier has no in-place form
+next(r for r in broken["rows"] if r["collective"] == "barrier")["in_place"] = True  # none
 broken["rows"][1]["algo"] = "p2p"  # only sendrecv is point to point
 if validator is not None and len(list(validator.iter_errors(broken))) != 3:
     print("FAIL: the schema accepted a broken document"); ok = False
