@@ -804,9 +804,14 @@ run_asan() {
     asan_build=${ASAN_BUILD:-build-asan}
     run_test "asan/build $asan_build (SAN=1 OPT=-O1)" make --no-print-directory \
         CHORUS_QUIET_CONFIG=1 BUILD="$asan_build" SAN=1 OPT=-O1 all
-    for part in "dropped numpy 2" "dropped torch 2" "args 2" "args 3"; do
-        # shellcheck disable=SC2086
-        run_test "asan/python $part" env BUILD="$asan_build" sh tests/python/asan.sh $part
+    for line in debian pip; do
+        p=python
+        [ "$line" = pip ] && p=python-pip
+        for part in "dropped numpy 2" "dropped torch 2" "args 2" "args 3"; do
+            # shellcheck disable=SC2086
+            run_test "asan/$p $part" env TORCH_LINE="$line" BUILD="$asan_build" \
+                sh tests/python/asan.sh $part
+        done
     done
 }
 
