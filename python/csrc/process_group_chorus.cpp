@@ -186,6 +186,11 @@ struct CompletionQueue {
   std::deque<c10::intrusive_ptr<class ChorusWork>> works;
   std::vector<c10::intrusive_ptr<class ChorusWork>> finished;
   bool stop = false;
+  uint64_t issued = 0;     // Works submitted so far; a Work's seq is its place in that count
+  uint64_t kick_seq = 0;   // every send/receive Work with seq <= this may be waited for
+  // The newest send/receive Work while its batch is still open (no wait, test or
+  // collective since it was issued), else null.
+  c10::intrusive_ptr<class ChorusWork> open_p2p;
 };
 
 // One operation: its Chorus requests, what runs after them, and its result tensors.
@@ -234,7 +239,7 @@ class ChorusWork : public c10d::Work {
   // Completion thread: every request, then the host work, then the Work and its Future.
   void complete() {
     std::exception_ptr error;
-    std::string msg;
+    std::string msg = early_msg;  // the batch's start (kick) may have completed a request
     for (auto& r : requests) {
       chorus_status_t st = chorus_wait(&r);
       if (st != CHORUS_SUCCESS && msg.empty()) msg = chorus_message(st);
@@ -257,14 +262,36 @@ class ChorusWork : public c10d::Work {
   }
 
   // Sends and receives: Chorus starts the batch of consecutive isend/irecv at the first wait
-  // on one of them, so the completion thread must not wait for this Work's requests before
-  // the batch is complete: until a later operation was issued (it is then in the batch, or
-  // has closed it) or the caller waits for or polls this Work (kick).
+  // on one of them (or at the next collective), and every rank's batches with a peer must
+  // hold the same operations. So where a batch ends must follow from the program alone,
+  // never from when the completion thread gets to a request: the completion thread waits
+  // for a send or receive only once the caller has waited for or polled a Work issued at
+  // or after it (kick: everything issued so far may start), or a collective was issued
+  // after it (which started the batch itself). Waiting as soon as any later operation was
+  // issued, as this did before, cut a batch between two of the caller's isend/irecv at a
+  // moment that differed between ranks: a false "collective mismatch" (torch's
+  // test_batch_isend_irecv_gloo, about 1 run in 10).
+  //
+  // The batch must also end at that point of the program, not later when the completion
+  // thread wakes up (the caller may issue more sends meanwhile): so kick starts it here, on
+  // the caller's thread, with chorus_test on the newest request of the open batch (which
+  // the completion thread is not using: it waits for no send or receive past kick_seq).
   void kick() {
-    if (!is_p2p || !queue) return;
+    if (!queue) return;
     {
       std::lock_guard<std::mutex> lock(queue->lock);
-      kicked = true;
+      if (queue->open_p2p) {
+        ChorusWork& w = *queue->open_p2p;
+        for (auto it = w.requests.rbegin(); it != w.requests.rend(); ++it) {
+          if (*it == nullptr) continue;
+          int done = 0;
+          chorus_status_t st = chorus_test(&*it, &done);
+          if (st != CHORUS_SUCCESS && w.early_msg.empty()) w.early_msg = chorus_message(st);
+          break;
+        }
+        queue->open_p2p.reset();
+      }
+      queue->kick_seq = queue->issued;
     }
     queue->cv.notify_all();
   }
@@ -273,7 +300,8 @@ class ChorusWork : public c10d::Work {
   std::function<void()> after;  // on success, after every request
   std::vector<at::Tensor> keep;  // staging buffers alive until the Work is released
   bool is_p2p = false;
-  bool kicked = false;  // under queue->lock
+  uint64_t seq = 0;  // set by submit, under queue->lock
+  std::string early_msg;  // a request's error from kick's chorus_test, under queue->lock
   std::shared_ptr<CompletionQueue> queue;
 
  private:
@@ -322,7 +350,8 @@ class ProcessGroupChorus : public GroupBase {
     } else {
       thread_.join();
     }
-    q_->finished.clear();  // with the GIL again, if it was held (and they hold q_: a cycle)
+    q_->open_p2p.reset();  // with the GIL again, if it was held (they hold q_: a cycle)
+    q_->finished.clear();
     chorus_comm_destroy(comm_);
   }
 
@@ -875,6 +904,12 @@ class ProcessGroupChorus : public GroupBase {
     std::vector<c10::intrusive_ptr<ChorusWork>> finished;  // released here, unlocked
     {
       std::lock_guard<std::mutex> lock(q_->lock);
+      work->seq = ++q_->issued;
+      // A collective starts the open batch itself (chorus.h); a send or receive joins it.
+      if (work->is_p2p)
+        q_->open_p2p = work;
+      else
+        q_->open_p2p.reset();
       q_->works.push_back(work);
       finished.swap(q_->finished);
     }
@@ -893,7 +928,12 @@ class ProcessGroupChorus : public GroupBase {
         q_->works.pop_front();
         // A send or receive waits until its batch is closed (ChorusWork::kick).
         if (work->is_p2p)
-          q_->cv.wait(lock, [&] { return work->kicked || q_->stop || !q_->works.empty(); });
+          q_->cv.wait(lock, [&] {
+            if (q_->stop || work->seq <= q_->kick_seq) return true;
+            for (const auto& later : q_->works)
+              if (!later->is_p2p) return true;
+            return false;
+          });
       }
       work->complete();
       std::lock_guard<std::mutex> lock(q_->lock);
