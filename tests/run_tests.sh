@@ -687,6 +687,10 @@ run_python_line() {
     done
     run_test "$p/dropped request torch n=2" py dropped torch 2
     run_test "$p/dropped request numpy n=4" py dropped numpy 4
+    # torch's own cross-rank check of every collective (a wrapper asking the backend for its
+    # sequence numbers; torch 1.13 wraps only its own backends).
+    run_test "$p/torch env:// n=3 TORCH_DISTRIBUTED_DEBUG=DETAIL" env \
+        TORCH_DISTRIBUTED_DEBUG=DETAIL TORCH_LINE="$line" sh tests/python/run.sh torch env 3
     run_test "$p/torch tcp:// n=2" py torch tcp 2
     run_test "$p/torch file:// n=2" py torch file 2
     run_test "$p/ddp chorus vs gloo vs one process, 50 steps" timeout -k 5 600 \

@@ -188,6 +188,7 @@ struct CompletionQueue {
   bool stop = false;
   uint64_t issued = 0;     // Works submitted so far; a Work's seq is its place in that count
   uint64_t kick_seq = 0;   // every send/receive Work with seq <= this may be waited for
+  uint64_t torch_seq = 0;  // torch's sequence number: Works since setSequenceNumberForGroup
   // The newest send/receive Work while its batch is still open (no wait, test or
   // collective since it was issued), else null.
   c10::intrusive_ptr<class ChorusWork> open_p2p;
@@ -356,6 +357,18 @@ class ProcessGroupChorus : public GroupBase {
   }
 
   const std::string getBackendName() const override { return "chorus"; }
+
+  // The number of operations this group has issued, the same on every rank of a correct
+  // program: TORCH_DISTRIBUTED_DEBUG=DETAIL compares it across ranks before each collective.
+  void setSequenceNumberForGroup() override {
+    std::lock_guard<std::mutex> lock(q_->lock);
+    q_->torch_seq = 0;
+  }
+
+  uint64_t getSequenceNumberForGroup() override {
+    std::lock_guard<std::mutex> lock(q_->lock);
+    return q_->torch_seq;
+  }
 
   static c10::intrusive_ptr<GroupBase> create(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -622,8 +635,9 @@ class ProcessGroupChorus : public GroupBase {
     return submit(work, {req});
   }
 
-  // One allgather of every input laid end to end (so one message per step whatever the
-  // number of tensors), then each rank's block of each tensor copied to its output.
+  // torch's layout: output_lists[r][i] receives rank r's inputs[i]. One allgather of the
+  // inputs laid end to end (so one message per step whatever the number of tensors), then
+  // each rank's block of each tensor copied to its output.
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions&) override {
@@ -631,22 +645,22 @@ class ProcessGroupChorus : public GroupBase {
     const int rank = getRank();
     const int n = getSize();
     require(!inputs.empty(), kOp, rank, "no input tensors");
-    require(output_lists.size() == inputs.size(), kOp, rank, inputs.size(),
-            " input tensors but ", output_lists.size(), " output lists");
+    require((int)output_lists.size() == n, kOp, rank, "expects world_size (", n,
+            ") output lists, one per rank, got ", output_lists.size());
     check_list(inputs, kOp, rank);
     const chorus_dtype_t dt = to_dtype(inputs[0], false, kOp, rank);
     std::vector<at::Tensor> flat_in, all_outs;
-    for (size_t i = 0; i < inputs.size(); i++) {
-      require((int)output_lists[i].size() == n, kOp, rank, "output list ", i, " has ",
-              output_lists[i].size(), " tensors, not world_size (", n, ")");
-      check_list(output_lists[i], kOp, rank, inputs[0].scalar_type());
-      for (int r = 0; r < n; r++)
-        require(output_lists[i][r].numel() == inputs[i].numel(), kOp, rank, "output ", i, "[",
-                r, "] has ", output_lists[i][r].numel(), " elements, input ", i, " ",
+    for (int r = 0; r < n; r++) {
+      require(output_lists[r].size() == inputs.size(), kOp, rank, "output list ", r, " has ",
+              output_lists[r].size(), " tensors, not one per input (", inputs.size(), ")");
+      check_list(output_lists[r], kOp, rank, inputs[0].scalar_type());
+      for (size_t i = 0; i < inputs.size(); i++)
+        require(output_lists[r][i].numel() == inputs[i].numel(), kOp, rank, "output ", r, "[",
+                i, "] has ", output_lists[r][i].numel(), " elements, input ", i, " ",
                 inputs[i].numel());
-      flat_in.push_back(inputs[i].reshape({-1}));
-      all_outs.insert(all_outs.end(), output_lists[i].begin(), output_lists[i].end());
+      all_outs.insert(all_outs.end(), output_lists[r].begin(), output_lists[r].end());
     }
+    for (auto& t : inputs) flat_in.push_back(t.reshape({-1}));
     auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, all_outs);
     at::Tensor src = at::cat(flat_in);
     const int64_t total = src.numel();
@@ -655,13 +669,13 @@ class ProcessGroupChorus : public GroupBase {
     chorus_request_t req;
     check(chorus_iallgather(src.data_ptr(), flat.data_ptr(), total, dt, comm_, &req));
     std::vector<std::vector<at::Tensor>> outs = output_lists;
-    work->after = [outs, flat, total, n]() mutable {
-      int64_t off = 0;
-      for (auto& list : outs) {
-        const int64_t len = list[0].numel();
-        for (int r = 0; r < n; r++)
-          list[r].copy_(flat.narrow(0, r * total + off, len).view(list[r].sizes()));
-        off += len;
+    work->after = [outs, flat, total]() mutable {
+      for (size_t r = 0; r < outs.size(); r++) {
+        int64_t off = 0;
+        for (auto& t : outs[r]) {
+          t.copy_(flat.narrow(0, (int64_t)r * total + off, t.numel()).view(t.sizes()));
+          off += t.numel();
+        }
       }
     };
     return submit(work, {req});
@@ -905,6 +919,7 @@ class ProcessGroupChorus : public GroupBase {
     {
       std::lock_guard<std::mutex> lock(q_->lock);
       work->seq = ++q_->issued;
+      q_->torch_seq++;
       // A collective starts the open batch itself (chorus.h); a send or receive joins it.
       if (work->is_p2p)
         q_->open_p2p = work;
