@@ -17,6 +17,8 @@
 #   check    `make check`: all, then the groups below, each one line per test.
 # Groups (each runs alone too):
 #   unit mp gpu python scripts   the parts of `all` (quick parts only with --quick-only)
+#   torch-suite  PyTorch's distributed_test with gloo and chorus, 3 ranks, each torch line;
+#              chorus must pass what gloo passes but for tests/torch_suite/known_gaps.txt
 #   algo-big   test_algo with its 1000003-element case at every rank count (make test-full)
 #   leak       no growth over 100,000 allreduces and 1,000 comm cycles (make leak-test)
 #   fault      every fault-injection script, shrink 3 times per scenario (make fault-test: 10)
@@ -42,7 +44,7 @@ FAILFAST=0
 FULL=1
 usage() {
     echo "usage: BUILD=dir sh tests/run_tests.sh [quick|all|check|unit|mp|gpu|python|scripts|" \
-        "algo-big|leak|fault|fuzz|cluster|asan|install|mutation ...] [--quick-only] [--fail-fast]" \
+        "torch-suite|algo-big|leak|fault|fuzz|cluster|asan|install|mutation ...] [--quick-only] [--fail-fast]" \
         "[--keep-logs]" >&2
     exit 2
 }
@@ -50,8 +52,8 @@ for arg in "$@"; do
     case "$arg" in
     quick) WHAT="$WHAT unit mp gpu python scripts"; FULL=0 ;;
     all) WHAT="$WHAT unit mp gpu python scripts" ;;
-    check) WHAT="$WHAT unit mp gpu python scripts algo-big leak fault fuzz cluster asan install mutation" ;;
-    unit | mp | gpu | python | scripts | algo-big | leak | fault | fuzz | cluster | asan | \
+    check) WHAT="$WHAT unit mp gpu python torch-suite scripts algo-big leak fault fuzz cluster asan install mutation" ;;
+    unit | mp | gpu | python | torch-suite | scripts | algo-big | leak | fault | fuzz | cluster | asan | \
         install | mutation) WHAT="$WHAT $arg" ;;
     --quick-only) FULL=0 ;;
     --fail-fast) FAILFAST=1 ;;
@@ -687,6 +689,10 @@ run_python_line() {
     done
     run_test "$p/dropped request torch n=2" py dropped torch 2
     run_test "$p/dropped request numpy n=4" py dropped numpy 4
+    # torch's own cross-rank check of every collective (a wrapper asking the backend for its
+    # sequence numbers; torch 1.13 wraps only its own backends).
+    run_test "$p/torch env:// n=3 TORCH_DISTRIBUTED_DEBUG=DETAIL" env \
+        TORCH_DISTRIBUTED_DEBUG=DETAIL TORCH_LINE="$line" sh tests/python/run.sh torch env 3
     run_test "$p/torch tcp:// n=2" py torch tcp 2
     run_test "$p/torch file:// n=2" py torch file 2
     run_test "$p/ddp chorus vs gloo vs one process, 50 steps" timeout -k 5 600 \
@@ -804,10 +810,48 @@ run_asan() {
     asan_build=${ASAN_BUILD:-build-asan}
     run_test "asan/build $asan_build (SAN=1 OPT=-O1)" make --no-print-directory \
         CHORUS_QUIET_CONFIG=1 BUILD="$asan_build" SAN=1 OPT=-O1 all
-    for part in "dropped numpy 2" "dropped torch 2" "args 2" "args 3"; do
-        # shellcheck disable=SC2086
-        run_test "asan/python $part" env BUILD="$asan_build" sh tests/python/asan.sh $part
+    for line in debian pip; do
+        p=python
+        [ "$line" = pip ] && p=python-pip
+        for part in "dropped numpy 2" "dropped torch 2" "args 2" "args 3"; do
+            # shellcheck disable=SC2086
+            run_test "asan/$p $part" env TORCH_LINE="$line" BUILD="$asan_build" \
+                sh tests/python/asan.sh $part
+        done
     done
+}
+
+# PyTorch's own distributed suite (tests/torch_suite) with gloo and with chorus, 3 ranks, on
+# each torch line; a test that passes with gloo must pass with chorus unless
+# tests/torch_suite/known_gaps.txt names it and why.
+run_torch_suite() {
+    for line in debian pip; do
+        p=torch-suite
+        [ "$line" = pip ] && p=torch-suite-pip
+        out="$LOGDIR/torch-suite-$line"
+        for b in gloo chorus; do
+            run_test "$p/$b n=3 (ran to the end)" run_suite "$line" "$b" "$out-$b"
+        done
+        run_test "$p/chorus passes what gloo passes (known_gaps.txt)" compare_suites "$out"
+    done
+}
+
+# One run of the suite: passes when it ran to the end (its results.json written), whatever
+# its tests' outcomes, which compare_suites judges; a skip (no torch on that line) is 77.
+run_suite() {
+    sh tests/torch_suite/run.sh --line "$1" --backend "$2" --ranks 3 --out "$3"
+    rc=$?
+    [ "$rc" -eq 77 ] && return 77
+    [ -f "$3/results.json" ] || { echo "the suite did not run to the end (exit $rc)"; return 1; }
+    echo "the suite ran to the end (exit $rc: its outcomes are judged by the comparison)"
+}
+
+# Compares the gloo and chorus runs of run_torch_suite (a missing run: skipped there).
+compare_suites() {
+    [ -f "$1-gloo/results.json" ] && [ -f "$1-chorus/results.json" ] ||
+        { echo "skipped: no suite results to compare (see the runs above)"; return 77; }
+    /usr/bin/python3 tests/torch_suite/compare.py "$1-gloo" "$1-chorus" \
+        --gate tests/torch_suite/known_gaps.txt
 }
 
 # Faults planted in the library one at a time; the quick tier must catch each.
@@ -828,6 +872,7 @@ for group in $WHAT; do
     scripts) run_scripts ;;
     gpu) run_gpu ;;
     python) run_python ;;
+    torch-suite) run_torch_suite ;;
     algo-big) run_algo_big ;;
     leak) run_leak ;;
     fault) run_fault ;;

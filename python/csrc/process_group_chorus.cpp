@@ -186,6 +186,12 @@ struct CompletionQueue {
   std::deque<c10::intrusive_ptr<class ChorusWork>> works;
   std::vector<c10::intrusive_ptr<class ChorusWork>> finished;
   bool stop = false;
+  uint64_t issued = 0;     // Works submitted so far; a Work's seq is its place in that count
+  uint64_t kick_seq = 0;   // every send/receive Work with seq <= this may be waited for
+  uint64_t torch_seq = 0;  // torch's sequence number: Works since setSequenceNumberForGroup
+  // The newest send/receive Work while its batch is still open (no wait, test or
+  // collective since it was issued), else null.
+  c10::intrusive_ptr<class ChorusWork> open_p2p;
 };
 
 // One operation: its Chorus requests, what runs after them, and its result tensors.
@@ -234,7 +240,7 @@ class ChorusWork : public c10d::Work {
   // Completion thread: every request, then the host work, then the Work and its Future.
   void complete() {
     std::exception_ptr error;
-    std::string msg;
+    std::string msg = early_msg;  // the batch's start (kick) may have completed a request
     for (auto& r : requests) {
       chorus_status_t st = chorus_wait(&r);
       if (st != CHORUS_SUCCESS && msg.empty()) msg = chorus_message(st);
@@ -257,14 +263,36 @@ class ChorusWork : public c10d::Work {
   }
 
   // Sends and receives: Chorus starts the batch of consecutive isend/irecv at the first wait
-  // on one of them, so the completion thread must not wait for this Work's requests before
-  // the batch is complete: until a later operation was issued (it is then in the batch, or
-  // has closed it) or the caller waits for or polls this Work (kick).
+  // on one of them (or at the next collective), and every rank's batches with a peer must
+  // hold the same operations. So where a batch ends must follow from the program alone,
+  // never from when the completion thread gets to a request: the completion thread waits
+  // for a send or receive only once the caller has waited for or polled a Work issued at
+  // or after it (kick: everything issued so far may start), or a collective was issued
+  // after it (which started the batch itself). Waiting as soon as any later operation was
+  // issued, as this did before, cut a batch between two of the caller's isend/irecv at a
+  // moment that differed between ranks: a false "collective mismatch" (torch's
+  // test_batch_isend_irecv_gloo, about 1 run in 10).
+  //
+  // The batch must also end at that point of the program, not later when the completion
+  // thread wakes up (the caller may issue more sends meanwhile): so kick starts it here, on
+  // the caller's thread, with chorus_test on the newest request of the open batch (which
+  // the completion thread is not using: it waits for no send or receive past kick_seq).
   void kick() {
-    if (!is_p2p || !queue) return;
+    if (!queue) return;
     {
       std::lock_guard<std::mutex> lock(queue->lock);
-      kicked = true;
+      if (queue->open_p2p) {
+        ChorusWork& w = *queue->open_p2p;
+        for (auto it = w.requests.rbegin(); it != w.requests.rend(); ++it) {
+          if (*it == nullptr) continue;
+          int done = 0;
+          chorus_status_t st = chorus_test(&*it, &done);
+          if (st != CHORUS_SUCCESS && w.early_msg.empty()) w.early_msg = chorus_message(st);
+          break;
+        }
+        queue->open_p2p.reset();
+      }
+      queue->kick_seq = queue->issued;
     }
     queue->cv.notify_all();
   }
@@ -273,7 +301,8 @@ class ChorusWork : public c10d::Work {
   std::function<void()> after;  // on success, after every request
   std::vector<at::Tensor> keep;  // staging buffers alive until the Work is released
   bool is_p2p = false;
-  bool kicked = false;  // under queue->lock
+  uint64_t seq = 0;  // set by submit, under queue->lock
+  std::string early_msg;  // a request's error from kick's chorus_test, under queue->lock
   std::shared_ptr<CompletionQueue> queue;
 
  private:
@@ -322,11 +351,24 @@ class ProcessGroupChorus : public GroupBase {
     } else {
       thread_.join();
     }
-    q_->finished.clear();  // with the GIL again, if it was held (and they hold q_: a cycle)
+    q_->open_p2p.reset();  // with the GIL again, if it was held (they hold q_: a cycle)
+    q_->finished.clear();
     chorus_comm_destroy(comm_);
   }
 
   const std::string getBackendName() const override { return "chorus"; }
+
+  // The number of operations this group has issued, the same on every rank of a correct
+  // program: TORCH_DISTRIBUTED_DEBUG=DETAIL compares it across ranks before each collective.
+  void setSequenceNumberForGroup() override {
+    std::lock_guard<std::mutex> lock(q_->lock);
+    q_->torch_seq = 0;
+  }
+
+  uint64_t getSequenceNumberForGroup() override {
+    std::lock_guard<std::mutex> lock(q_->lock);
+    return q_->torch_seq;
+  }
 
   static c10::intrusive_ptr<GroupBase> create(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -593,8 +635,9 @@ class ProcessGroupChorus : public GroupBase {
     return submit(work, {req});
   }
 
-  // One allgather of every input laid end to end (so one message per step whatever the
-  // number of tensors), then each rank's block of each tensor copied to its output.
+  // torch's layout: output_lists[r][i] receives rank r's inputs[i]. One allgather of the
+  // inputs laid end to end (so one message per step whatever the number of tensors), then
+  // each rank's block of each tensor copied to its output.
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions&) override {
@@ -602,22 +645,22 @@ class ProcessGroupChorus : public GroupBase {
     const int rank = getRank();
     const int n = getSize();
     require(!inputs.empty(), kOp, rank, "no input tensors");
-    require(output_lists.size() == inputs.size(), kOp, rank, inputs.size(),
-            " input tensors but ", output_lists.size(), " output lists");
+    require((int)output_lists.size() == n, kOp, rank, "expects world_size (", n,
+            ") output lists, one per rank, got ", output_lists.size());
     check_list(inputs, kOp, rank);
     const chorus_dtype_t dt = to_dtype(inputs[0], false, kOp, rank);
     std::vector<at::Tensor> flat_in, all_outs;
-    for (size_t i = 0; i < inputs.size(); i++) {
-      require((int)output_lists[i].size() == n, kOp, rank, "output list ", i, " has ",
-              output_lists[i].size(), " tensors, not world_size (", n, ")");
-      check_list(output_lists[i], kOp, rank, inputs[0].scalar_type());
-      for (int r = 0; r < n; r++)
-        require(output_lists[i][r].numel() == inputs[i].numel(), kOp, rank, "output ", i, "[",
-                r, "] has ", output_lists[i][r].numel(), " elements, input ", i, " ",
+    for (int r = 0; r < n; r++) {
+      require(output_lists[r].size() == inputs.size(), kOp, rank, "output list ", r, " has ",
+              output_lists[r].size(), " tensors, not one per input (", inputs.size(), ")");
+      check_list(output_lists[r], kOp, rank, inputs[0].scalar_type());
+      for (size_t i = 0; i < inputs.size(); i++)
+        require(output_lists[r][i].numel() == inputs[i].numel(), kOp, rank, "output ", r, "[",
+                i, "] has ", output_lists[r][i].numel(), " elements, input ", i, " ",
                 inputs[i].numel());
-      flat_in.push_back(inputs[i].reshape({-1}));
-      all_outs.insert(all_outs.end(), output_lists[i].begin(), output_lists[i].end());
+      all_outs.insert(all_outs.end(), output_lists[r].begin(), output_lists[r].end());
     }
+    for (auto& t : inputs) flat_in.push_back(t.reshape({-1}));
     auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, all_outs);
     at::Tensor src = at::cat(flat_in);
     const int64_t total = src.numel();
@@ -626,13 +669,13 @@ class ProcessGroupChorus : public GroupBase {
     chorus_request_t req;
     check(chorus_iallgather(src.data_ptr(), flat.data_ptr(), total, dt, comm_, &req));
     std::vector<std::vector<at::Tensor>> outs = output_lists;
-    work->after = [outs, flat, total, n]() mutable {
-      int64_t off = 0;
-      for (auto& list : outs) {
-        const int64_t len = list[0].numel();
-        for (int r = 0; r < n; r++)
-          list[r].copy_(flat.narrow(0, r * total + off, len).view(list[r].sizes()));
-        off += len;
+    work->after = [outs, flat, total]() mutable {
+      for (size_t r = 0; r < outs.size(); r++) {
+        int64_t off = 0;
+        for (auto& t : outs[r]) {
+          t.copy_(flat.narrow(0, (int64_t)r * total + off, t.numel()).view(t.sizes()));
+          off += t.numel();
+        }
       }
     };
     return submit(work, {req});
@@ -875,6 +918,13 @@ class ProcessGroupChorus : public GroupBase {
     std::vector<c10::intrusive_ptr<ChorusWork>> finished;  // released here, unlocked
     {
       std::lock_guard<std::mutex> lock(q_->lock);
+      work->seq = ++q_->issued;
+      q_->torch_seq++;
+      // A collective starts the open batch itself (chorus.h); a send or receive joins it.
+      if (work->is_p2p)
+        q_->open_p2p = work;
+      else
+        q_->open_p2p.reset();
       q_->works.push_back(work);
       finished.swap(q_->finished);
     }
@@ -893,7 +943,12 @@ class ProcessGroupChorus : public GroupBase {
         q_->works.pop_front();
         // A send or receive waits until its batch is closed (ChorusWork::kick).
         if (work->is_p2p)
-          q_->cv.wait(lock, [&] { return work->kicked || q_->stop || !q_->works.empty(); });
+          q_->cv.wait(lock, [&] {
+            if (q_->stop || work->seq <= q_->kick_seq) return true;
+            for (const auto& later : q_->works)
+              if (!later->is_p2p) return true;
+            return false;
+          });
       }
       work->complete();
       std::lock_guard<std::mutex> lock(q_->lock);
