@@ -14,29 +14,15 @@ that two backends' runs can be compared.
 
 import argparse
 import hashlib
-import os
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-
-def build_model(dim, hidden, depth, out):
-    layers, d = [], dim
-    for _ in range(depth):
-        layers += [nn.Linear(d, hidden), nn.Tanh()]
-        d = hidden
-    layers.append(nn.Linear(d, out))
-    return nn.Sequential(*layers)
-
-
-def batch(step, size, dim, out):
-    g = torch.Generator().manual_seed(1000 + step)
-    x = torch.randn(size, dim, generator=g)
-    w = torch.linspace(-1, 1, dim * out).reshape(dim, out)
-    y = torch.tanh(x @ w) + 0.01 * torch.randn(size, out, generator=g)
-    return x, y
+# The same model and data as the DDP example next to this file (its directory is on
+# sys.path when this file runs as a script).
+from ddp_train import batch, build_model
 
 
 def main():

@@ -700,17 +700,12 @@ class ProcessGroupChorus : public GroupBase {
               ") x input ", i, "'s ", inputs[i].numel());
     }
     auto work = make_work(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs);
-    std::vector<chorus_request_t> reqs;
-    for (size_t i = 0; i < inputs.size(); i++) {
-      at::Tensor src = inputs[i].contiguous();
-      at::Tensor dst = staged(work, outputs[i]);
-      work->keep.push_back(src);
+    return submit_pairs(work, outputs, inputs, [&](const at::Tensor& src, const at::Tensor& dst) {
       chorus_request_t req;
       check(chorus_iallgather(src.data_ptr(), dst.data_ptr(), src.numel(),
                               to_dtype(src, false, kOp, rank), comm_, &req));
-      reqs.push_back(req);
-    }
-    return submit(work, reqs);
+      return req;
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
@@ -729,18 +724,32 @@ class ProcessGroupChorus : public GroupBase {
               ") x output ", i, "'s ", outputs[i].numel());
     }
     auto work = make_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs);
+    return submit_pairs(work, outputs, inputs, [&](const at::Tensor& src, const at::Tensor& dst) {
+      chorus_request_t req;
+      check(chorus_ireduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(),
+                                   to_dtype(dst, true, kOp, rank), op, comm_, &req));
+      return req;
+    });
+  }
+
+ private:
+  // One collective per (inputs[i], outputs[i]) pair, issued back to back by issue(src, dst)
+  // on contiguous buffers (dst staged back into a non-contiguous output), one Work for all.
+  c10::intrusive_ptr<c10d::Work> submit_pairs(
+      const c10::intrusive_ptr<ChorusWork>& work, const std::vector<at::Tensor>& outputs,
+      const std::vector<at::Tensor>& inputs,
+      const std::function<chorus_request_t(const at::Tensor&, const at::Tensor&)>& issue) {
     std::vector<chorus_request_t> reqs;
     for (size_t i = 0; i < inputs.size(); i++) {
       at::Tensor src = inputs[i].contiguous();
       at::Tensor dst = staged(work, outputs[i]);
       work->keep.push_back(src);
-      chorus_request_t req;
-      check(chorus_ireduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(),
-                                   to_dtype(dst, true, kOp, rank), op, comm_, &req));
-      reqs.push_back(req);
+      reqs.push_back(issue(src, dst));
     }
     return submit(work, reqs);
   }
+
+ public:
 #endif
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
