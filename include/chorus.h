@@ -467,6 +467,38 @@ chorus_status_t chorus_wait_all(size_t n, chorus_request_t *reqs);
  * status is dropped. Sets *req_p to NULL. */
 chorus_status_t chorus_request_free(chorus_request_t *req_p);
 
+/* ---- Tagged point to point (host memory) ----
+ * Sends and receives matched as MPI matches them, for programs whose receives do not
+ * follow their peers' send order (a framework's send/recv with tags, a receive from
+ * whichever rank sends first):
+ *  - A receive takes the first message, in arrival order, whose sender is `peer` (any
+ *    sender for CHORUS_ANY_SOURCE) and whose tag is `tag`; a message that arrives before
+ *    its receive is posted is held (copied to memory of the library's) until one is.
+ *    Messages from one sender with one tag are received in the order sent.
+ *  - Matched messages must agree in datatype and count: else both requests end with
+ *    CHORUS_ERR_MISMATCH, naming both calls, and the communicator goes on.
+ *  - A send completes once a receive has taken its message (as MPI_Issend): a send that
+ *    nothing receives ends at the communicator's timeout with CHORUS_ERR_TIMEOUT naming the
+ *    peer and tag, as does a receive that nothing matches (which names the messages held).
+ *  - On a receive, *source_p (may be NULL; it must stay valid until the request completes)
+ *    is set to the sender's rank when it succeeds.
+ *  - The first tagged call makes comm a tagged communicator, which carries nothing else: a
+ *    collective, chorus_send/recv or comm split on it afterwards is
+ *    CHORUS_ERR_INVALID_ARGUMENT. Make one for them with chorus_comm_split(comm, 0, rank).
+ *    Its operations run on the communicator's progress thread; complete them with
+ *    chorus_wait, chorus_test, chorus_wait_all, or drop them with chorus_request_free.
+ *  - tag >= 0. The calls follow the communicator's one-thread rule; waits may come from any
+ *    thread. A lost peer fails every pending tagged request (CHORUS_ERR_REMOTE) and the
+ *    communicator. Device buffers: CHORUS_ERR_UNSUPPORTED. */
+#define CHORUS_ANY_SOURCE (-1)
+
+chorus_status_t chorus_tagged_isend(const void *buf, size_t count, chorus_dtype_t dtype,
+                                    int peer, int tag, chorus_comm_t comm,
+                                    chorus_request_t *req_p);
+chorus_status_t chorus_tagged_irecv(void *buf, size_t count, chorus_dtype_t dtype, int peer,
+                                    int tag, chorus_comm_t comm, int *source_p,
+                                    chorus_request_t *req_p);
+
 /* ---- Introspection ---- */
 
 /* The algorithm Chorus would choose on comm for `collective` ("allreduce", "allgather",

@@ -406,6 +406,7 @@ run_mp() {
         done
     done
     run_mp_nonblocking
+    run_mp_tagged
     run_mp_coll_v
     # CHORUS_TRACE (issue 19): the job's merged timeline, checked by rank 0 with a parser.
     tdir=$(mktemp -d "${TMPDIR:-/tmp}/chorus-trace.XXXXXX")
@@ -532,6 +533,31 @@ run_mp_nonblocking() {
     full && run_test "mp/nonblocking n=2 transport=shm leak 20000 ops" env CHORUS_TRANSPORT=shm \
         CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 2 --timeout 150 -- "$BUILD/tests/mp_nonblocking" \
         --case leak --ops 20000
+}
+
+# Tagged point to point (issue 41, tests/mp/tagged.c): matching by tag and from any source,
+# held messages, mismatches and deadlines, over shm, tcp and ucx.
+run_mp_tagged() {
+    tg() { # N TRANSPORT CASE [ENV=VALUE...]
+        n=$1 tp=$2 c=$3
+        shift 3
+        # shellcheck disable=SC2086
+        run_test "mp/tagged n=$n transport=$tp $c${*:+ $*}" env CHORUS_TRANSPORT="$tp" \
+            CHORUS_TIMEOUT=20 "$@" "$CHORUSRUN" -n "$n" --timeout 120 -- \
+            "$BUILD/tests/mp_tagged" --case "$c"
+    }
+    for c in order any self flood refuse destroy; do tg 3 shm "$c"; done
+    for c in mismatch timeout; do tg 2 shm "$c"; done
+    for c in order any flood; do tg 2 tcp "$c"; done
+    full && for tp in shm tcp; do
+        for c in order any self flood mismatch timeout refuse destroy; do tg 4 "$tp" "$c"; done
+    done
+    full && tg 1 shm self && tg 1 shm refuse && tg 8 tcp flood
+    if grep -q '^HAVE_UCX *:= *1' "$BUILD/config.mk" 2>/dev/null; then
+        tg 2 ucx order UCX_TLS=tcp
+        full || return 0
+        for c in any flood mismatch timeout destroy; do tg 3 ucx "$c" UCX_TLS=tcp; done
+    fi
 }
 
 # ---- Device buffers (issue 6) ----

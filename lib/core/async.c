@@ -43,6 +43,7 @@ typedef struct async_op {
     chorus_request_t *reqs;   /* n requests (&one for a collective) */
     chorus_request_t one;
     size_t n, cap;
+    void (*serve)(chorus_comm_t comm); /* a long-running entry (chorus__async_serve) */
 } async_op_t;
 
 typedef struct chorus_async {
@@ -225,6 +226,10 @@ static chorus_status_t async_run(chorus_comm_t comm, async_op_t *op)
     chorus_status_t status;
 
     chorus__error_clear();
+    if (op->serve != NULL) {
+        op->serve(comm);
+        return CHORUS_SUCCESS;
+    }
     /* After a failure or an abort every later entry fails at once, naming the first error. */
     status = chorus__comm_check_failed_async(comm, name);
     if (status != CHORUS_SUCCESS) return status;
@@ -368,6 +373,48 @@ chorus_status_t chorus__async_p2p(chorus_comm_t comm, const chorus_p2p_op_t *p2p
     return CHORUS_SUCCESS;
 }
 
+/* ---- Long-running entries (tagged.c) ---- */
+
+chorus_status_t chorus__async_serve(chorus_comm_t comm, void (*serve)(chorus_comm_t comm))
+{
+    chorus_async_t *as;
+    async_op_t *op;
+    chorus_status_t status = async_get(comm, &as);
+
+    if (status != CHORUS_SUCCESS) return status;
+    op = calloc(1, sizeof *op);
+    if (op == NULL)
+        return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: no memory to start a service",
+                             comm->rank);
+    op->serve = serve;
+    pthread_mutex_lock(&as->lock);
+    batch_flush(as);
+    queue_push(as, op);
+    pthread_mutex_unlock(&as->lock);
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus__async_request(chorus_comm_t comm, chorus_request_t *req_p)
+{
+    chorus_async_t *as;
+    chorus_status_t status = async_get(comm, &as);
+
+    if (status != CHORUS_SUCCESS) return status;
+    *req_p = request_new(comm, as);
+    return *req_p != NULL ? CHORUS_SUCCESS : CHORUS_ERR_NO_MEMORY;
+}
+
+void chorus__async_complete(chorus_request_t req, chorus_status_t status, const char *msg)
+{
+    chorus_async_t *as = req->as;
+
+    request_finish(req, status, msg);
+    /* req may be gone now (orphaned): only as is used below. */
+    pthread_mutex_lock(&as->lock);
+    pthread_cond_broadcast(&as->done);
+    pthread_mutex_unlock(&as->lock);
+}
+
 /* ---- Waiting (any thread) ---- */
 
 /* Starts the open batch if req may be in it. */
@@ -466,7 +513,8 @@ void chorus__async_drain(chorus_comm_t comm)
 {
     chorus_async_t *as = comm->async;
 
-    if (as == NULL) return;
+    /* A tagged comm's thread serves until the comm ends: there is nothing to wait for. */
+    if (as == NULL || comm->tagged != NULL) return;
     pthread_mutex_lock(&as->lock);
     batch_flush(as);
     while (atomic_load_explicit(&as->inflight, memory_order_acquire) > 0)
@@ -481,8 +529,9 @@ void chorus__async_destroy(chorus_comm_t comm)
     if (as == NULL) return;
     pthread_mutex_lock(&as->lock);
     batch_flush(as);
-    /* Destroy is local: what is still in flight ends now, with CHORUS_ERR_ABORTED. */
-    if (atomic_load_explicit(&as->inflight, memory_order_acquire) > 0) {
+    /* Destroy is local: what is still in flight ends now, with CHORUS_ERR_ABORTED. (A tagged
+     * comm's service ends by itself, once chorus__tagged_close asked it to.) */
+    if (atomic_load_explicit(&as->inflight, memory_order_acquire) > 0 && comm->tagged == NULL) {
         pthread_mutex_unlock(&as->lock);
         chorus_comm_abort(comm);
         pthread_mutex_lock(&as->lock);

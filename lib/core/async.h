@@ -37,6 +37,15 @@ chorus_status_t chorus__async_coll(chorus_comm_t comm, const chorus_coll_call_t 
 chorus_status_t chorus__async_p2p(chorus_comm_t comm, const chorus_p2p_op_t *op,
                                   chorus_request_t *req_p);
 
+/* Tagged point to point (tagged.c) runs on the comm's progress thread as one entry of its
+ * queue that lasts: serve(comm) returns only when the comm is destroyed, aborted or
+ * failed, and the comm then takes no other nonblocking work. Its requests are the queue's
+ * (chorus_wait and the rest work on them unchanged): chorus__async_request makes a pending
+ * one, and the service ends it with chorus__async_complete. */
+chorus_status_t chorus__async_serve(chorus_comm_t comm, void (*serve)(chorus_comm_t comm));
+chorus_status_t chorus__async_request(chorus_comm_t comm, chorus_request_t *req_p);
+void chorus__async_complete(chorus_request_t req, chorus_status_t status, const char *msg);
+
 /* A request that is complete at once (a zero-byte operation), status SUCCESS. */
 chorus_status_t chorus__async_done_request(chorus_comm_t comm, chorus_request_t *req_p);
 

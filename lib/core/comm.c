@@ -94,7 +94,8 @@ void chorus__comm_leave(chorus_comm_t comm, chorus_status_t status)
 void chorus__comm_quiesce(chorus_comm_t comm)
 {
     if (comm->gpu != NULL) chorus__gpu_drain(comm);
-    if (comm->async != NULL) chorus__async_drain(comm);
+    /* A tagged comm's progress thread serves until the comm ends: nothing to drain. */
+    if (comm->async != NULL && comm->tagged == NULL) chorus__async_drain(comm);
 }
 
 chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname)
@@ -107,6 +108,17 @@ chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname
 }
 
 chorus_status_t chorus__comm_check_failed_async(chorus_comm_t comm, const char *opname)
+{
+    if (comm->tagged != NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: %s: this communicator carries tagged sends and receives "
+                             "only (chorus_tagged_isend/irecv were called on it): use another "
+                             "one, e.g. from chorus_comm_split",
+                             comm->rank, opname);
+    return chorus__comm_check_errors(comm, opname);
+}
+
+chorus_status_t chorus__comm_check_errors(chorus_comm_t comm, const char *opname)
 {
     char first[CHORUS_COMM_ERRMSG_MAX];
     int status = atomic_load_explicit(&comm->async_error, memory_order_acquire);
@@ -573,6 +585,7 @@ static void core_log_ready(chorus_comm_t comm)
 /* Frees what a comm holds; works on a half-built one. */
 static void core_comm_free(chorus_comm_t comm)
 {
+    chorus__tagged_close(comm); /* before the progress thread it runs on is stopped */
     chorus__async_destroy(comm);
     if (comm->gpu != NULL) chorus__gpu_comm_destroy(comm);
     chorus__hang_unregister(comm);
@@ -580,6 +593,7 @@ static void core_comm_free(chorus_comm_t comm)
     if (comm->tune != NULL) chorus__tune_destroy(comm->tune);
     if (comm->arena != NULL) chorus__arena_destroy(comm->arena);
     for (int i = comm->ntps - 1; i >= 0; i--) comm->tps[i].ops->fini(comm->tps[i].tp);
+    chorus__tagged_free(comm); /* after the transports, which may still hold its requests */
     if (comm->bs != NULL) chorus__bootstrap_destroy(comm->bs);
     chorus__trace_close(comm->trace);
     chorus__exec_fini(&comm->exec);

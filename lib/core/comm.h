@@ -128,6 +128,9 @@ struct chorus_comm {
     uint8_t *lost;
     /* Point-to-point call signatures, one per rank (p2p.c), allocated at the first. */
     chorus_exec_sig_t *p2p_sigs;
+    /* Tagged point to point (tagged.c), made at the first tagged call; NULL before. The
+     * comm then carries nothing else. */
+    struct chorus_tagged *tagged;
 };
 
 /* A handle that stops a communicator's creation from another thread (shrink.c watches the
@@ -210,8 +213,18 @@ void chorus__comm_leave(chorus_comm_t comm, chorus_status_t status);
 chorus_status_t chorus__comm_check_failed(chorus_comm_t comm, const char *opname);
 
 /* The same without waiting for device work (calls that queue device work themselves,
- * and the progress thread of nonblocking operations). */
+ * and the progress thread of nonblocking operations). Both refuse a tagged comm (one that
+ * carries chorus_tagged_isend/irecv only). */
 chorus_status_t chorus__comm_check_failed_async(chorus_comm_t comm, const char *opname);
+
+/* The comm's first error, as chorus__comm_check_failed_async, without its refusal of
+ * tagged comms: for tagged.c. */
+chorus_status_t chorus__comm_check_errors(chorus_comm_t comm, const char *opname);
+
+/* Tagged point to point (tagged.c): ends its requests and service (close, before the
+ * progress thread stops), then frees its memory (free, after the transports are closed). */
+void chorus__tagged_close(chorus_comm_t comm);
+void chorus__tagged_free(chorus_comm_t comm);
 
 /* Waits until neither the device proxy nor the progress thread of nonblocking operations
  * has work of comm in flight: the calling thread then has the comm's internals alone.

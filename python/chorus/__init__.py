@@ -16,6 +16,7 @@ The library is libchorus (found as described in chorus._lib).
 """
 
 from ._core import (  # noqa: F401
+    ANY_SOURCE,
     DTYPES,
     OPS,
     ChorusError,
@@ -25,5 +26,6 @@ from ._core import (  # noqa: F401
 )
 from ._lib import path as library_path  # noqa: F401
 
-__all__ = ["Comm", "Request", "ChorusError", "build_info", "library_path", "DTYPES", "OPS"]
+__all__ = ["Comm", "Request", "ChorusError", "build_info", "library_path", "DTYPES", "OPS",
+           "ANY_SOURCE"]
 __version__ = "0.1.0"

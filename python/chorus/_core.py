@@ -204,6 +204,9 @@ def _at_exit():
 atexit.register(_at_exit)
 
 
+ANY_SOURCE = -1  # tagged_recv from whichever rank sends first
+
+
 class Request:
     """An operation in flight, from a collective called with ``async_op=True``.
 
@@ -256,6 +259,14 @@ class Request:
             else:
                 _ORPHANS.append(op)
 
+
+
+class _SourceRequest(Request):
+    """A tagged_recv in flight: wait() returns the sender's rank."""
+
+    def wait(self):
+        super().wait()
+        return self._result.value
 
 class Comm:
     """A Chorus communicator.
@@ -543,6 +554,32 @@ class Comm:
         b, n, dt = _view(buf, "recv buf", True)
         return self._call(async_op, (buf,), buf, lib.chorus_recv, lib.chorus_irecv, b, n, dt,
                           int(peer))
+
+    def tagged_send(self, buf, peer, tag=0, async_op=False):
+        """Sends buf to peer under tag, for the peer's tagged_recv, which matches by tag and
+        may take messages from any source (chorus.h, "Tagged point to point"). Completes once
+        a receive took the message. The first tagged call makes this comm carry tagged
+        messages only: give them a comm of their own (comm.split(0, rank))."""
+        _reap()
+        b, n, dt = _view(buf, "tagged_send buf", False)
+        req = _lib.c_req()
+        _check(lib.chorus_tagged_isend(b, n, dt, int(peer), int(tag), self._handle(),
+                                       ctypes.byref(req)))
+        r = Request(req, (buf,))
+        return r if async_op else r.wait()
+
+    def tagged_recv(self, buf, peer=-1, tag=0, async_op=False):
+        """Receives into buf the first message under tag from peer (from any rank with
+        ANY_SOURCE, the default); its dtype and size must be buf's. Returns the sender's
+        rank (async_op: a Request whose wait() returns it)."""
+        _reap()
+        b, n, dt = _view(buf, "tagged_recv buf", True)
+        src = ctypes.c_int(-1)
+        req = _lib.c_req()
+        _check(lib.chorus_tagged_irecv(b, n, dt, int(peer), int(tag), self._handle(),
+                                       ctypes.byref(src), ctypes.byref(req)))
+        r = _SourceRequest(req, (buf, src), src)
+        return r if async_op else r.wait()
 
     def barrier(self, async_op=False):
         """Returns once every rank has entered the barrier."""

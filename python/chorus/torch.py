@@ -8,7 +8,7 @@ torchrun), and implements allreduce (SUM, PRODUCT, MIN, MAX, AVG), allreduce_coa
 allgather (also with outputs of different sizes), allgather_coalesced, _allgather_base
 (all_gather_into_tensor), gather, scatter, reduce_scatter,
 _reduce_scatter_base (reduce_scatter_tensor), broadcast, reduce, alltoall, alltoall_base
-(with and without split sizes), send and recv (tag 0; no recv from any source), and
+(with and without split sizes), send and recv (matched by tag; recv from any source), and
 barrier, and on torch 2.x the coalesced
 all_gather_into_tensor / reduce_scatter_tensor (_coalescing_manager), on CPU tensors of
 float32/64, float16, bfloat16, int8/uint8/int32/int64, every call asynchronous (the Work's

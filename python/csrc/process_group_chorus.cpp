@@ -34,9 +34,9 @@
 // fails on every rank at once, and no peer is left waiting on half an operation; and
 // Chorus never reads or writes past a tensor because of a split size it trusted.
 //
-// Tags: Chorus matches the messages between two ranks in the order they were sent and has
-// no tags (include/chorus.h), so send and recv refuse a nonzero tag rather than ignore it;
-// recv from any source (recvAnysource) is not implemented for the same reason.
+// Send and recv: matched by tag, and recvAnysource from whichever rank sends first, as Gloo
+// does. They run on a second communicator made with the group (p2p_), on which Chorus's
+// tagged calls match messages as MPI does (include/chorus.h); collectives keep the first.
 
 #include <chorus.h>
 
@@ -164,9 +164,7 @@ void check_root(int64_t root, int64_t root_tensor, int size, const char* op, int
 void check_peer(int peer, int tag, int size, const char* op, int rank) {
   require(peer >= 0 && peer < size, op, rank, "peer ", peer, " is not a rank of this group (0..",
           size - 1, ")");
-  require(tag == 0, op, rank, "tag ", tag, " (peer ", peer,
-          "): Chorus matches the messages between two ranks in the order sent and has no "
-          "tags, so only tag 0 is accepted");
+  require(tag >= 0, op, rank, "tag ", tag, " (peer ", peer, ") is negative");
 }
 
 }  // namespace
@@ -232,6 +230,9 @@ class ChorusWork : public c10d::Work {
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
+  // recvAnysource: the rank the message came from, once complete.
+  int sourceRank() const override { return source; }
+
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     kick();  // whoever asks for the future is about to wait on it
     return future_;
@@ -239,12 +240,31 @@ class ChorusWork : public c10d::Work {
 
   // Completion thread: every request, then the host work, then the Work and its Future.
   void complete() {
-    std::exception_ptr error;
-    std::string msg = early_msg;  // the batch's start (kick) may have completed a request
     for (auto& r : requests) {
       chorus_status_t st = chorus_wait(&r);
-      if (st != CHORUS_SUCCESS && msg.empty()) msg = chorus_message(st);
+      if (st != CHORUS_SUCCESS && early_msg.empty()) early_msg = chorus_message(st);
     }
+    settle();
+  }
+
+  // Completion thread, without blocking: true once every request is complete (and the Work
+  // with them). chorus_test frees a complete request and nulls it, so each is seen once.
+  bool poll() {
+    for (auto& r : requests) {
+      if (r == nullptr) continue;
+      int done = 0;
+      chorus_status_t st = chorus_test(&r, &done);
+      if (!done) return false;
+      if (st != CHORUS_SUCCESS && early_msg.empty()) early_msg = chorus_message(st);
+    }
+    settle();
+    return true;
+  }
+
+  // The requests are over (their first error in early_msg): the host work, then the Work.
+  void settle() {
+    std::exception_ptr error;
+    const std::string msg = early_msg;
     if (msg.empty() && after) {
       try {
         after();
@@ -300,9 +320,11 @@ class ChorusWork : public c10d::Work {
   std::vector<chorus_request_t> requests;
   std::function<void()> after;  // on success, after every request
   std::vector<at::Tensor> keep;  // staging buffers alive until the Work is released
-  bool is_p2p = false;
+  bool is_p2p = false;  // an untagged send/receive batch of comm_ (alltoall's)
+  bool tagged = false;  // a tagged send or receive: completes in any order (completion_loop)
+  int source = -1;      // set by Chorus when a tagged receive completes
   uint64_t seq = 0;  // set by submit, under queue->lock
-  std::string early_msg;  // a request's error from kick's chorus_test, under queue->lock
+  std::string early_msg;  // a request's first error (kick's chorus_test: under queue->lock)
   std::shared_ptr<CompletionQueue> queue;
 
  private:
@@ -330,7 +352,11 @@ class ProcessGroupChorus : public GroupBase {
       std::memcpy(&id, v.data(), sizeof id);
     }
     check(chorus_comm_init(&comm_, size, &id, rank));
-    if (timeout.count() > 0) check(chorus_comm_set_timeout(comm_, timeout.count() / 1000.0));
+    check(chorus_comm_split(comm_, 0, rank, &p2p_));
+    if (timeout.count() > 0) {
+      check(chorus_comm_set_timeout(comm_, timeout.count() / 1000.0));
+      check(chorus_comm_set_timeout(p2p_, timeout.count() / 1000.0));
+    }
     // -1: the communicator's own (CHORUS_REPRODUCIBLE).
     if (reproducible >= 0) check(chorus_comm_set_reproducible(comm_, reproducible));
     thread_ = std::thread([this] { completion_loop(); });
@@ -353,6 +379,7 @@ class ProcessGroupChorus : public GroupBase {
     }
     q_->open_p2p.reset();  // with the GIL again, if it was held (they hold q_: a cycle)
     q_->finished.clear();
+    chorus_comm_destroy(p2p_);
     chorus_comm_destroy(comm_);
   }
 
@@ -833,8 +860,8 @@ class ProcessGroupChorus : public GroupBase {
     return submit(work, reqs);
   }
 
-  // Chorus has no tags (messages between two ranks match in the order sent): a nonzero tag
-  // is refused, as matching it by order could pair it with the wrong message.
+  // Matched by tag on p2p_ (the file's head): a send completes once the peer's receive took
+  // it; a dtype or size the receive does not share fails both Works.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
                                       int tag) override {
     const int rank = getRank();
@@ -842,26 +869,22 @@ class ProcessGroupChorus : public GroupBase {
     check_peer(dst, tag, getSize(), "send", rank);
     const chorus_dtype_t dt = to_dtype(t, false, "send", rank);
     auto work = make_work(c10d::OpType::SEND, {});
-    work->is_p2p = true;
+    work->tagged = true;
     at::Tensor src = t.contiguous();
     work->keep.push_back(src);
     chorus_request_t req;
-    check(chorus_isend(src.data_ptr(), src.numel(), dt, dst, comm_, &req));
+    check(chorus_tagged_isend(src.data_ptr(), src.numel(), dt, dst, tag, p2p_, &req));
     return submit(work, {req});
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
                                       int tag) override {
-    const int rank = getRank();
-    const at::Tensor& t = single(tensors, "recv", rank);
-    check_peer(src, tag, getSize(), "recv", rank);
-    const chorus_dtype_t dt = to_dtype(t, false, "recv", rank);
-    auto work = make_work(c10d::OpType::RECV, tensors);
-    work->is_p2p = true;
-    at::Tensor dst = staged(work, t);
-    chorus_request_t req;
-    check(chorus_irecv(dst.data_ptr(), dst.numel(), dt, src, comm_, &req));
-    return submit(work, {req});
+    return receive(tensors, src, tag, "recv");
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override {
+    return receive(tensors, CHORUS_ANY_SOURCE, tag, "recv (any source)");
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -872,6 +895,26 @@ class ProcessGroupChorus : public GroupBase {
   }
 
  private:
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag,
+                                         const char* op) {
+    const int rank = getRank();
+    const at::Tensor& t = single(tensors, op, rank);
+    if (src == CHORUS_ANY_SOURCE)
+      require(tag >= 0, op, rank, "tag ", tag, " is negative");
+    else
+      check_peer(src, tag, getSize(), op, rank);
+    const chorus_dtype_t dt = to_dtype(t, false, op, rank);
+    auto work = make_work(
+        src == CHORUS_ANY_SOURCE ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensors);
+    work->tagged = true;
+    if (src != CHORUS_ANY_SOURCE) work->source = src;
+    at::Tensor dst = staged(work, t);
+    chorus_request_t req;
+    check(chorus_tagged_irecv(dst.data_ptr(), dst.numel(), dt, src, tag, p2p_, &work->source,
+                              &req));
+    return submit(work, {req});
+  }
+
   // One side's split sizes of all_to_all_single, as row counts per peer: world_size entries,
   // none negative, adding up to the first dimension of t (the sum never overflows: each
   // entry is checked against what is left of it); or none given, for equal blocks (the first
@@ -941,31 +984,95 @@ class ProcessGroupChorus : public GroupBase {
     return work;
   }
 
+  // Works complete in issue order, each waited for in turn, except tagged sends and
+  // receives: one of those may need a later receive of this rank to be matched first (a
+  // send under tag 1, then a receive under tag 2 that the peer answers before it takes tag
+  // 1), so they are polled, together, and complete in whatever order they finish. While
+  // any is pending the thread polls everything and sleeps between rounds (50 us growing to
+  // 1 ms); with none it blocks in chorus_wait as before, costing nothing.
   void completion_loop() {
+    std::vector<c10::intrusive_ptr<ChorusWork>> tagged;
+    c10::intrusive_ptr<ChorusWork> current;  // the collective (or batch) being completed
+    auto nap = std::chrono::microseconds(50);
     for (;;) {
-      c10::intrusive_ptr<ChorusWork> work;
       {
         std::unique_lock<std::mutex> lock(q_->lock);
-        q_->cv.wait(lock, [&] { return q_->stop || !q_->works.empty(); });
-        if (q_->works.empty()) return;  // stop, and nothing left
-        work = q_->works.front();
-        q_->works.pop_front();
-        // A send or receive waits until its batch is closed (ChorusWork::kick).
-        if (work->is_p2p)
-          q_->cv.wait(lock, [&] {
-            if (q_->stop || work->seq <= q_->kick_seq) return true;
-            for (const auto& later : q_->works)
-              if (!later->is_p2p) return true;
-            return false;
-          });
+        // Whether the front Work may be taken: a send/receive batch only once it is closed
+        // (ChorusWork::kick).
+        auto front_ready = [&] {
+          if (q_->works.empty()) return false;
+          const auto& w = q_->works.front();
+          if (w->tagged || !w->is_p2p || q_->stop || w->seq <= q_->kick_seq) return true;
+          for (const auto& later : q_->works)
+            if (!later->is_p2p && !later->tagged) return true;
+          return false;
+        };
+        auto take = [&] {
+          while (front_ready() && (q_->works.front()->tagged || !current)) {
+            auto w = q_->works.front();
+            q_->works.pop_front();
+            if (w->tagged) tagged.push_back(std::move(w));
+            else current = std::move(w);
+          }
+        };
+        take();
+        if (!current && tagged.empty()) {
+          q_->cv.wait(lock, [&] { return q_->stop || front_ready(); });
+          if (q_->works.empty() && q_->stop) return;  // stop, and nothing left
+          take();
+        }
       }
-      work->complete();
-      std::lock_guard<std::mutex> lock(q_->lock);
-      q_->finished.push_back(std::move(work));
+      if (current && tagged.empty()) {
+        current->complete();
+        finish_works({current});
+        current.reset();
+        continue;
+      }
+      std::vector<c10::intrusive_ptr<ChorusWork>> done;
+      if (current && current->poll()) {
+        done.push_back(current);
+        current.reset();
+      }
+      for (size_t i = 0; i < tagged.size();) {
+        if (tagged[i]->poll()) {
+          done.push_back(tagged[i]);
+          tagged.erase(tagged.begin() + i);
+        } else {
+          i++;
+        }
+      }
+      if (!done.empty()) {
+        finish_works(done);
+        nap = std::chrono::microseconds(50);
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(q_->lock);
+      if (q_->stop && q_->works.empty() && !current) {
+        // The group is going away with sends or receives nothing matched: they end here
+        // (their requests are left to the communicator's destruction, which ends them).
+        lock.unlock();
+        for (auto& w : tagged) {
+          for (auto& r : w->requests) chorus_request_free(&r);
+          if (w->early_msg.empty())
+            w->early_msg = "chorus: the process group was destroyed while this send or "
+                           "receive waited for its match";
+          w->settle();
+        }
+        finish_works(tagged);
+        return;
+      }
+      q_->cv.wait_for(lock, nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
   }
 
+  void finish_works(const std::vector<c10::intrusive_ptr<ChorusWork>>& done) {
+    std::lock_guard<std::mutex> lock(q_->lock);
+    for (const auto& w : done) q_->finished.push_back(w);
+  }
+
   chorus_comm_t comm_ = nullptr;
+  chorus_comm_t p2p_ = nullptr;  // tagged sends and receives only
   std::shared_ptr<CompletionQueue> q_ = std::make_shared<CompletionQueue>();
   std::thread thread_;
 };

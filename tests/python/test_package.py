@@ -190,6 +190,27 @@ if n > 1:
 comm.barrier()
 comm.barrier(async_op=True).wait()
 
+# tagged send/recv on a comm of their own: taken by tag against the order sent, and from
+# any source (the sender's rank returned)
+tc = comm.split(0, key=rank)
+if n > 1:
+    a1, a2 = arr([rank] * 3, "int64"), arr([rank + 100] * 5, "int64")
+    reqs = [tc.tagged_send(a1, right, tag=1, async_op=True),
+            tc.tagged_send(a2, right, tag=2, async_op=True)]
+    g2, g1 = arr([0] * 5, "int64"), arr([0] * 3, "int64")
+    src2 = tc.tagged_recv(g2, left, tag=2)
+    src1 = tc.tagged_recv(g1, tag=1)  # any source
+    for q in reqs:
+        q.wait()
+    check(src2 == left and src1 == left and tolist(g2) == [float(left + 100)] * 5 and
+          tolist(g1) == [float(left)] * 3, f"tagged send/recv: sources {src2} {src1}")
+    try:
+        tc.allreduce(arr([1], "int32"))
+        check(False, "a collective on a comm that carried tagged messages was accepted")
+    except chorus.ChorusError as e:
+        check("tagged" in str(e), f"a collective on a tagged comm: {e}")
+tc.destroy()
+
 # split: even and odd ranks
 sub = comm.split(rank % 2, key=rank)
 check(sub.size == (n + 1 - rank % 2) // 2, f"split size {sub.size}")

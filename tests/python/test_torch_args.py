@@ -11,7 +11,9 @@ a checked all_to_all_single follow every case). The cases: all_to_all_single spl
 that add up to less or more than the tensor, a list of the wrong length, a negative size, a
 size longer than the tensor (on the input and the output side), equal splits of a first
 dimension that world_size does not divide, a 0-dimensional tensor, mixed dtypes; send and
-recv with a nonzero tag or a peer outside the group; and wrong list lengths, sizes and
+recv with a negative tag or a peer outside the group, sizes that differ between a send and
+its receive, tags that never meet (and messages taken by tag and from any source); and
+wrong list lengths, sizes and
 dtypes in all_gather, reduce_scatter, all_to_all, _all_gather_base, broadcast, reduce,
 gather and scatter; an uneven all_gather and an all_to_all_single whose sizes disagree
 between ranks (a mismatch, reported on every rank).
@@ -134,27 +136,66 @@ refused("equal splits of unequal sizes", A2A, a2a([], [], rows_out=ROWS + n), "s
 refused("all_to_all_single of a 0-dimensional tensor", A2A,
         lambda: dist.all_to_all_single(torch.zeros(()), torch.zeros(())), "0-dimensional")
 
-# Tags: refused with the tag named, on send and recv, sync and async (to another rank:
-# torch 2.x itself refuses a send to self).
-peer = (rank + 1) % n
-if n > 1:
-    refused("send with tag 5", "send", lambda: dist.send(torch.ones(2), dst=peer, tag=5),
-            "tag 5")
-    refused("recv with tag 5", "recv", lambda: dist.recv(torch.ones(2), src=peer, tag=5),
-            "tag 5")
-    refused("isend with tag 7", "send", lambda: dist.isend(torch.ones(2), dst=peer, tag=7),
-            "tag 7")
-    refused("irecv with tag -1", "recv", lambda: dist.irecv(torch.ones(2), src=peer, tag=-1),
-            "tag -1")
+# Tags (matched as Gloo matches them, on the group's tagged communicator): a negative tag
+# and a peer outside the group are refused; messages are taken by tag whatever the order
+# sent, and by a receive from any source; a size that differs between the two ends raises a
+# mismatch on both; a send and a receive whose tags never meet both raise at the group's
+# timeout, naming peer and tag (on a group of its own with a 2 s timeout). torch 2.x itself
+# refuses a send to self, so the exchanges go round a ring.
+peer, prev = (rank + 1) % n, (rank - 1) % n
+refused("irecv with tag -1", "recv", lambda: dist.irecv(torch.ones(2), src=peer, tag=-1),
+        "tag -1")
 refused("send to rank world_size", "send", lambda: dist.send(torch.ones(2), dst=n),
         f"peer {n}")
-# The same exchange with tag 0 works (an odd ring needs the async calls).
-got = torch.zeros(2)
-ws = [dist.irecv(got, src=(rank - 1) % n, tag=0), dist.isend(torch.full((2,), float(rank)),
-                                                              dst=peer, tag=0)]
-for w in ws:
+if n > 1:
+    got1, got2 = torch.zeros(2), torch.zeros(3)
+    ws = [dist.isend(torch.full((2,), float(rank)), dst=peer, tag=1),
+          dist.isend(torch.full((3,), rank + 0.5), dst=peer, tag=2)]
+    dist.recv(got2, src=prev, tag=2)  # the second message sent, taken first
+    dist.recv(got1, src=prev, tag=1)
+    for w in ws:
+        w.wait()
+    check(torch.equal(got1, torch.full((2,), float(prev))) and
+          torch.equal(got2, torch.full((3,), prev + 0.5)), "send/recv taken by tag")
+    got = torch.zeros(4)
+    s = dist.isend(torch.full((4,), float(rank)), dst=peer, tag=3)
+    w = dist.irecv(got, tag=3)  # any source
     w.wait()
-check(torch.equal(got, torch.full((2,), float((rank - 1) % n))), "send/recv with tag 0")
+    s.wait()
+    check(w._source_rank() == prev and torch.equal(got, torch.full((4,), float(prev))),
+          f"irecv from any source: source {w._source_rank()}, {got.tolist()}")
+
+    def raises(work, what, *words):
+        try:
+            work.wait()
+        except RuntimeError as e:
+            msg = str(e)
+            check("chorus" in msg and f"rank {rank}" in msg and all(x in msg for x in words),
+                  f"{what}: the message must name chorus, rank {rank} and {list(words)}: "
+                  f"{msg[:300]}")
+        else:
+            check(False, f"{what}: completed")
+
+    def sizes_differ():
+        s = dist.isend(torch.ones(2), dst=peer, tag=4)
+        try:
+            dist.recv(torch.zeros(3), src=prev, tag=4)
+        finally:
+            raises(s, "send of 2 elements to a receive of 3", "mismatch", "3 x float32")
+    refused("recv of 3 elements from a send of 2", "recv", sizes_differ, "mismatch",
+            "2 x float32")
+
+    def tags_never_meet():
+        g = dist.new_group(backend="chorus", timeout=datetime.timedelta(seconds=2))
+        s = dist.isend(torch.ones(2), dst=peer, tag=5, group=g)
+        try:
+            dist.recv(torch.zeros(2), src=prev, tag=6, group=g)
+        finally:
+            raises(s, "send under tag 5 that nothing receives", "tag 5", f"rank {peer}",
+                   "timeout")
+            dist.destroy_process_group(g)
+    refused("recv under tag 6 while the peer sends tag 5", "recv", tags_never_meet, "tag 6",
+            "timeout", "held here: tag 5")
 
 # The other operations' lists, sizes and dtypes.
 refused("all_gather of world_size + 1 outputs", "allgather",
