@@ -376,6 +376,14 @@ $(PY_PIP_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp) $(SHAR
 	    --build-temp $(abspath $(BUILD))/python-pip-tmp
 	touch $@
 
+# The Python package with the library and launcher it runs on, and nothing else: what the
+# asan group of tests/run_tests.sh builds with SAN=1 (a third less than `all`).
+.PHONY: python-package
+python-package: $(BUILD)/bin/chorusrun $(PY_STAMP)
+ifeq ($(HAVE_PIP_TORCH),1)
+python-package: $(PY_PIP_STAMP)
+endif
+
 install: all
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR)
 	install -m 644 include/chorus.h $(DESTDIR)$(INCLUDEDIR)/

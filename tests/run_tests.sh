@@ -121,11 +121,54 @@ report_part_skips() { # NAME LOG
     done <"$2.parts"
 }
 
+# Passes carried within one job (.ci/run): `make test` records the tests it passed
+# (CHORUS_TESTS_RECORD=FILE), and the `make check` after it (CHORUS_TESTS_REUSE=FILE)
+# reports those as passed without running them a second time, provided nothing was built
+# or changed in between (the file starts with build_id, checked here; else every test
+# runs). Only plain passes are carried: a test that skipped, failed or skipped a part runs
+# again. Each test still runs once per job.
+build_id() {
+    { git rev-parse HEAD 2>/dev/null; git diff HEAD 2>/dev/null
+      cat "$BUILD"/lib/libchorus.a "$BUILD"/bin/chorusrun 2>/dev/null; } | cksum
+}
+NREUSED=0
+REUSE_FILE=""
+RECORD_FILE=${CHORUS_TESTS_RECORD:-}
+REUSE_FROM=${CHORUS_TESTS_REUSE:-}
+# Nested runs (the mutation check's quick tiers, the fresh clones of install) start clean.
+unset CHORUS_TESTS_RECORD CHORUS_TESTS_REUSE
+if [ -n "$REUSE_FROM" ] && [ -f "$REUSE_FROM" ]; then
+    if [ "$(head -n 1 "$REUSE_FROM")" = "build $(build_id)" ]; then
+        REUSE_FILE=$REUSE_FROM
+        echo "reusing the passes recorded in $REUSE_FILE ($(($(wc -l <"$REUSE_FILE") - 1)) tests)"
+    else
+        echo "not reusing $REUSE_FROM: recorded for another build; every test runs"
+    fi
+fi
+if [ -n "$RECORD_FILE" ]; then
+    echo "build $(build_id)" >"$RECORD_FILE" || exit 2
+fi
+
 # run_test NAME CMD...: exit 0 passes, 77 skips (the test printed "skipped: <reason>"),
 # anything else fails. Parts a script reports skipped (PART-SKIP lines) are skips too.
+# reused NAME: reports NAME as passed, and returns 0, when the record carries its pass.
+reused() {
+    [ -n "$REUSE_FILE" ] && grep -qxF "PASS $1" "$REUSE_FILE" || return 1
+    NREUSED=$((NREUSED + 1))
+    report PASS "$1" "-" "(passed in this job's make test, same build: not run again)"
+}
+
+# record NAME LOG: NAME passed; it goes into the record if it skipped no part of itself.
+record() {
+    [ -n "$RECORD_FILE" ] && ! grep -q '^PART-SKIP \|skipped: ' "$2" &&
+        echo "PASS $1" >>"$RECORD_FILE"
+    return 0
+}
+
 run_test() {
     name=$1
     shift
+    reused "$name" && return
     log="$LOGDIR/$(echo "$name" | tr -c 'A-Za-z0-9_.=-' '_').log"
     t0=$(now)
     "$@" >"$log" 2>&1
@@ -133,6 +176,7 @@ run_test() {
     t=$(elapsed "$t0")
     if [ "$rc" -eq 0 ]; then
         report PASS "$name" "$t"
+        record "$name" "$log"
     elif [ "$rc" -eq 77 ]; then
         report SKIP "$name" "$t" "$(skip_reason "$log")"
     else
@@ -152,6 +196,7 @@ finish() {
         echo "total time $(elapsed "$T_START") s"
         rm -rf "$LOGDIR"
     fi
+    [ "$NREUSED" -gt 0 ] && echo "($NREUSED of the passes carried from this job's make test)"
     echo "$NPASS passed, $NFAIL failed, $NSKIP skipped"
     [ "$NFAIL" -eq 0 ]
     exit
@@ -179,6 +224,7 @@ run_unit() {
         [ -x "$bin" ] || continue
         found=1
         name="unit/$(basename "$bin")"
+        reused "$name" && continue
         log="$LOGDIR/$(basename "$bin").log"
         t0=$(now)
         timeout -k 5 "$UNIT_TIMEOUT" "$bin" >"$log" 2>&1
@@ -186,6 +232,7 @@ run_unit() {
         t=$(elapsed "$t0")
         if [ "$rc" -eq 0 ]; then
             report PASS "$name" "$t"
+            record "$name" "$log"
         else
             if [ "$rc" -eq 124 ]; then why="timed out"; else why="exit status $rc"; fi
             report FAIL "$name" "$t" "$why"
@@ -795,9 +842,22 @@ run_fuzz() {
     names=$(ls tests/fuzz/fuzz_*.c | sed 's|tests/fuzz/fuzz_\(.*\)\.c|\1|')
     run_test "fuzz/build the targets" make --no-print-directory CHORUS_QUIET_CONFIG=1 \
         BUILD="$BUILD" $(for n in $names; do echo "$BUILD/fuzz/fuzz_$n"; done)
-    for n in $names; do
-        run_test "fuzz/$n ${secs} s" env BUILD="$BUILD" FUZZ_SECONDS="$secs" \
-            sh tests/fuzz/fuzz.sh "$n"
+    # Two targets at a time, one per core: each is one single-threaded process, so each still
+    # gets a core for its FUZZ_SECONDS, and the group takes half the time.
+    set -- $names
+    while [ $# -gt 0 ]; do
+        a=$1
+        shift
+        b=${1:-}
+        [ $# -gt 0 ] && shift
+        if [ -n "$b" ]; then
+            env BUILD="$BUILD" FUZZ_SECONDS="$secs" sh tests/fuzz/fuzz.sh "$b" \
+                >"$LOGDIR/fuzz-$b.out" 2>&1 &
+            pid_b=$!
+        fi
+        run_test "fuzz/$a ${secs} s" env BUILD="$BUILD" FUZZ_SECONDS="$secs" \
+            sh tests/fuzz/fuzz.sh "$a"
+        [ -n "$b" ] && run_test "fuzz/$b ${secs} s" wait_and_show "$pid_b" "$LOGDIR/fuzz-$b.out"
     done
 }
 
@@ -839,7 +899,7 @@ run_install() {
 run_asan() {
     asan_build=${ASAN_BUILD:-build-asan}
     run_test "asan/build $asan_build (SAN=1 OPT=-O1)" make --no-print-directory \
-        CHORUS_QUIET_CONFIG=1 BUILD="$asan_build" SAN=1 OPT=-O1 all
+        CHORUS_QUIET_CONFIG=1 BUILD="$asan_build" SAN=1 OPT=-O1 python-package
     for line in debian pip; do
         p=python
         [ "$line" = pip ] && p=python-pip
