@@ -594,12 +594,12 @@ run_mp_tagged() {
             "$BUILD/tests/mp_tagged" --case "$c"
     }
     for c in order any self flood refuse destroy; do tg 3 shm "$c"; done
-    for c in mismatch timeout; do tg 2 shm "$c"; done
+    for c in mismatch timeout destroy_held; do tg 2 shm "$c"; done
     for c in order any flood; do tg 2 tcp "$c"; done
     full && for tp in shm tcp; do
         for c in order any self flood mismatch timeout refuse destroy; do tg 4 "$tp" "$c"; done
     done
-    full && tg 1 shm self && tg 1 shm refuse && tg 8 tcp flood
+    full && tg 1 shm self && tg 1 shm refuse && tg 8 tcp flood && tg 2 tcp destroy_held
     if grep -q '^HAVE_UCX *:= *1' "$BUILD/config.mk" 2>/dev/null; then
         tg 2 ucx order UCX_TLS=tcp
         full || return 0

@@ -905,11 +905,6 @@ void chorus__tagged_free(chorus_comm_t comm)
         next = r->next;
         free(r);
     }
-    for (tg_msg_t *m = t->held, *next; m != NULL; m = next) {
-        next = m->next;
-        free(m->self_send);
-        tg_free_msg(m);
-    }
     for (int p = 0; p < comm->nranks; p++) {
         tg_peer_t *pp = &t->peers[p];
         for (tg_op_t *s = pp->sends, *next; s != NULL; s = next) {
@@ -922,10 +917,17 @@ void chorus__tagged_free(chorus_comm_t comm)
             free(c);
         }
         free(pp->into);
-        if (pp->held != NULL) {
+        /* A message still arriving that no receive claimed is in the held list (freed
+         * below); a claimed or discarded one is only here. */
+        if (pp->held != NULL && (pp->held->claimed != NULL || pp->held->discard)) {
             free(pp->held->claimed);
             tg_free_msg(pp->held);
         }
+    }
+    for (tg_msg_t *m = t->held, *next; m != NULL; m = next) {
+        next = m->next;
+        free(m->self_send);
+        tg_free_msg(m);
     }
     pthread_mutex_destroy(&t->lock);
     free(t->peers);

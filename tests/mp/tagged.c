@@ -1,7 +1,7 @@
 /*
  * Tagged point to point (chorus_tagged_isend/irecv), run under chorusrun:
  *
- *   mp_tagged --case order|any|self|flood|mismatch|timeout|refuse|destroy
+ *   mp_tagged --case order|any|self|flood|mismatch|timeout|refuse|destroy|destroy_held
  *
  * order     every rank sends every other rank messages of 0 B..4 MiB under tags 0..K-1
  *           (and three under one tag); receivers post them in reverse tag order: each
@@ -19,6 +19,9 @@
  *           tag-9 message) rank 1 receives tag 1 after all, and the comm goes on
  * refuse    bad arguments fail at the call; a collective on a tagged comm is refused
  * destroy   a receive nothing matches, then destroy: its request ends CHORUS_ERR_ABORTED
+ * destroy_held  rank 1 destroys the comm while rank 0's 64 MiB message arrives into memory
+ *           held for it: no leak or double free (ASan), rank 1's receive ends ABORTED,
+ *           rank 0's send fails rather than hangs
  *
  * Exit 0 passes, 1 fails (the reason printed).
  */
@@ -415,6 +418,33 @@ static void case_destroy(chorus_comm_t *comm_p)
     expect(chorus_wait(&req), CHORUS_ERR_ABORTED, "destroyed", "pending receive at destroy");
 }
 
+/* A message arriving into held memory when its receiver destroys the comm: nothing leaks or
+ * is freed twice (run under ASan), the receiver's pending receive ends ABORTED, and the
+ * sender's send fails (its peer left) instead of hanging. */
+static void case_destroy_held(chorus_comm_t *comm_p)
+{
+    const size_t n = (size_t)16 << 20;
+    chorus_request_t req;
+    chorus_status_t st;
+
+    if (g_rank == 0) {
+        uint32_t *big = calloc(n, sizeof *big);
+        OK(chorus_tagged_isend(big, n, CHORUS_UINT32, 1, 5, *comm_p, &req));
+        st = chorus_wait(&req);
+        CHECK(st != CHORUS_SUCCESS, "destroy_held: the send to a rank that left succeeded");
+        printf("rank 0: the send ended %s: %s\n", chorus_status_string(st), chorus_last_error());
+        free(big);
+    } else if (g_rank == 1) {
+        int32_t v;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        OK(chorus_tagged_irecv(&v, 1, CHORUS_INT32, 0, 99, *comm_p, NULL, &req));
+        nanosleep(&ts, NULL);
+        chorus_comm_destroy(*comm_p);
+        *comm_p = NULL;
+        expect(chorus_wait(&req), CHORUS_ERR_ABORTED, "destroyed", "pending receive at destroy");
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *which = NULL;
@@ -424,7 +454,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--case") == 0) which = argv[i + 1];
     if (which == NULL) {
         fprintf(stderr, "usage: mp_tagged --case order|any|self|flood|mismatch|timeout|refuse|"
-                        "destroy\n");
+                        "destroy|destroy_held\n");
         return 2;
     }
     if (chorus_comm_init_env(&comm) != CHORUS_SUCCESS) {
@@ -448,8 +478,10 @@ int main(int argc, char **argv)
     else if (strcmp(which, "timeout") == 0 && g_n >= 2) case_timeout(tc);
     else if (strcmp(which, "refuse") == 0) case_refuse(tc);
     else if (strcmp(which, "destroy") == 0) case_destroy(&tc);
+    else if (strcmp(which, "destroy_held") == 0 && g_n >= 2) case_destroy_held(&tc);
     else {
-        fprintf(stderr, "unknown case %s (mismatch and timeout need 2 ranks)\n", which);
+        fprintf(stderr, "unknown case %s (mismatch, timeout, destroy_held need 2 ranks)\n",
+                which);
         return 2;
     }
     /* Everyone is done before anyone's tagged comm closes. */
