@@ -18,7 +18,7 @@
  * The service starts at the first tagged call: until then a peer's messages wait in its
  * transport.
  */
-#include "core/comm.h"
+#include "core/tagged.h"
 #include "core/async.h"
 
 #include "util/clock.h"
@@ -30,90 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define TG_MAGIC 0x43544147u /* "GATC" */
-enum { TG_DATA = 1, TG_ACK = 2, TG_NACK = 3 };
-
-/* An envelope, in host byte order (every rank of a job shares one). */
-typedef struct {
-    uint32_t magic;
-    uint32_t kind;  /* TG_* */
-    int32_t tag;    /* DATA */
-    int32_t dtype;  /* DATA: the send's; NACK: the receive's */
-    uint64_t count; /* DATA: the send's; NACK: the receive's */
-    uint64_t id;    /* DATA: its number on the channel, from 1; ACK/NACK: the one answered */
-} tg_env_t;
-
-typedef struct tg_op {
-    struct tg_op *next; /* the inbox, the posted receives, or its peer's sends */
-    chorus_request_t req;
-    int is_send;
-    int peer; /* CHORUS_ANY_SOURCE for such a receive */
-    int tag;
-    chorus_dtype_t dtype;
-    uint64_t count, bytes;
-    void *buf;
-    int *source_p;
-    uint64_t seq; /* this rank's tagged call number: "tagged send #3" */
-    uint64_t deadline_ns;
-    double timeout_s; /* the comm's when posted, for messages */
-    int ended;    /* its request is complete (a send may stay listed until its answer) */
-    int landing;  /* a receive whose payload is arriving into buf */
-    /* A send to another rank: its envelope, number and transport requests, its answer. */
-    tg_env_t env;
-    chorus_tp_req_t ereq, dreq;
-    int answer;   /* 0: none yet; TG_ACK or TG_NACK */
-    int nack_dtype;
-    uint64_t nack_count;
-    /* A receive ends with this once its answer has left. */
-    chorus_status_t status;
-    char msg[256];
-} tg_op_t;
-
-/* A message that arrived before its receive (held), or one being drained (discard). */
-typedef struct tg_msg {
-    struct tg_msg *next; /* the held list, in arrival order */
-    int peer, tag;
-    chorus_dtype_t dtype;
-    uint64_t count, bytes, id;
-    void *data;
-    int arrived;       /* its payload is complete */
-    int discard;       /* drop it once arrived */
-    tg_op_t *claimed;  /* the receive it goes to once arrived */
-    tg_op_t *self_send; /* from this rank: the send (data points at its buffer) */
-} tg_msg_t;
-
-/* An answer being sent, and the receive that completes when it has left. */
-typedef struct tg_ctl {
-    struct tg_ctl *next;
-    tg_env_t env;
-    chorus_tp_req_t req;
-    tg_op_t *then;
-} tg_ctl_t;
-
-typedef struct {
-    tg_env_t in; /* the envelope being received */
-    chorus_tp_req_t inreq;
-    int in_payload;   /* the payload of `in` is arriving: into `into`, or into `held` */
-    tg_op_t *into;
-    tg_msg_t *held;
-    chorus_tp_req_t preq;
-    uint64_t in_ids, out_ids; /* DATA messages received from / sent to the peer */
-    tg_op_t *sends;           /* sent, not yet answered or not yet left, in id order */
-    tg_ctl_t *ctls;
-} tg_peer_t;
-
-struct chorus_tagged {
-    pthread_mutex_t lock; /* inbox, dead */
-    tg_op_t *inbox, *inbox_tail;
-    int dead;             /* the service ended: calls fail at once */
-    atomic_int closing;   /* chorus_comm_destroy */
-    uint64_t calls;       /* the caller's thread only */
-    /* The progress thread's. */
-    tg_peer_t *peers;
-    tg_op_t *posted, *posted_tail; /* receives, in post order */
-    tg_msg_t *held, *held_tail;    /* messages, in arrival order */
-};
 
 static const char *tg_peer_text(int peer, char *buf, size_t len)
 {
@@ -710,7 +626,7 @@ static void tg_idle(chorus_comm_t comm, uint64_t idle_ns, int *turn)
     (void)p->ops->wait(p->tp, comm->ntps == 1 ? 500 : 200);
 }
 
-static void tg_serve(chorus_comm_t comm)
+void chorus__tagged_serve(chorus_comm_t comm)
 {
     struct chorus_tagged *t = comm->tagged;
     chorus_status_t status = CHORUS_SUCCESS;
@@ -760,134 +676,6 @@ static void tg_serve(chorus_comm_t comm)
             chorus__tp_leave(comm->tps[i].ops, comm->tps[i].tp, status);
     }
     tg_end_all(comm, status, msg);
-}
-
-/* ---- The calls ---- */
-
-/* The comm's tagged state, made (and the service started) at its first tagged call. */
-static chorus_status_t tg_get(chorus_comm_t comm, const char *name)
-{
-    struct chorus_tagged *t;
-    chorus_status_t status;
-
-    if (comm->tagged != NULL) return CHORUS_SUCCESS;
-    /* Whatever the comm was doing ends first: it carries nothing else from now on. */
-    status = chorus__comm_check_failed(comm, name);
-    if (status != CHORUS_SUCCESS) return status;
-    if (chorus__p2p_in_group())
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "rank %d: %s: inside chorus_group_start/end (tagged calls are "
-                             "not grouped)",
-                             comm->rank, name);
-    t = calloc(1, sizeof *t);
-    if (t != NULL) t->peers = calloc((size_t)comm->nranks, sizeof *t->peers);
-    if (t == NULL || t->peers == NULL) {
-        free(t);
-        return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory", comm->rank, name);
-    }
-    pthread_mutex_init(&t->lock, NULL);
-    atomic_init(&t->closing, 0);
-    for (int p = 0; p < comm->nranks; p++) {
-        t->peers[p].inreq.done = 0;
-        t->peers[p].preq.done = 0;
-    }
-    comm->tagged = t;
-    status = chorus__async_serve(comm, tg_serve);
-    if (status != CHORUS_SUCCESS) {
-        comm->tagged = NULL;
-        pthread_mutex_destroy(&t->lock);
-        free(t->peers);
-        free(t);
-    }
-    return status;
-}
-
-static chorus_status_t tg_post(chorus_comm_t comm, int is_send, void *buf, size_t count,
-                               chorus_dtype_t dtype, int peer, int tag, int *source_p,
-                               chorus_request_t *req_p)
-{
-    const char *name = is_send ? "tagged_isend" : "tagged_irecv";
-    chorus_status_t status;
-    int device = -1;
-    tg_op_t *op;
-
-    chorus__error_clear();
-    if (req_p == NULL)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_%s: req_p is NULL", name);
-    *req_p = NULL;
-    /* validate_p2p knows real ranks: any-source receives are checked with peer 0. */
-    status = chorus__validate_p2p(comm, name, buf, count, dtype,
-                                  !is_send && peer == CHORUS_ANY_SOURCE ? 0 : peer, NULL,
-                                  &device);
-    if (status != CHORUS_SUCCESS) return status;
-    if (is_send && peer == CHORUS_ANY_SOURCE)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "rank %d: %s: CHORUS_ANY_SOURCE is for receives", comm->rank, name);
-    if (tag < 0)
-        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
-                             "rank %d: %s %s rank %d: tag %d is negative", comm->rank, name,
-                             is_send ? "to" : "from", peer, tag);
-    if (device >= 0)
-        return chorus__error(CHORUS_ERR_UNSUPPORTED,
-                             "rank %d: %s: device memory (tagged calls take host memory)",
-                             comm->rank, name);
-    status = tg_get(comm, name);
-    if (status != CHORUS_SUCCESS) return status;
-    status = chorus__comm_check_errors(comm, name);
-    if (status != CHORUS_SUCCESS) return status;
-    op = calloc(1, sizeof *op);
-    if (op == NULL || chorus__async_request(comm, &op->req) != CHORUS_SUCCESS) {
-        free(op);
-        return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: %s: no memory", comm->rank, name);
-    }
-    struct chorus_tagged *t = comm->tagged;
-    op->is_send = is_send;
-    op->peer = peer;
-    op->tag = tag;
-    op->dtype = dtype;
-    op->count = count;
-    op->bytes = (uint64_t)count * chorus_dtype_size(dtype);
-    op->buf = buf;
-    op->source_p = source_p;
-    op->seq = ++t->calls;
-    op->deadline_ns = chorus__deadline_after(comm->timeout_s);
-    op->timeout_s = comm->timeout_s;
-    chorus_request_t req = op->req;
-    pthread_mutex_lock(&t->lock);
-    if (t->dead) {
-        pthread_mutex_unlock(&t->lock);
-        status = chorus__comm_check_errors(comm, name);
-        if (status == CHORUS_SUCCESS)
-            status = chorus__error(CHORUS_ERR_ABORTED, "rank %d: %s: the communicator's tagged "
-                                   "service has ended (aborted)", comm->rank, name);
-        char msg[CHORUS_COMM_ERRMSG_MAX];
-        snprintf(msg, sizeof msg, "%s", chorus_last_error());
-        chorus__async_complete(req, status, msg);
-        free(op);
-        chorus_request_free(&req);
-        return chorus__error(status, "%s", msg);
-    }
-    op->next = NULL;
-    if (t->inbox_tail != NULL) t->inbox_tail->next = op;
-    else t->inbox = op;
-    t->inbox_tail = op;
-    pthread_mutex_unlock(&t->lock);
-    *req_p = req;
-    return CHORUS_SUCCESS;
-}
-
-chorus_status_t chorus_tagged_isend(const void *buf, size_t count, chorus_dtype_t dtype,
-                                    int peer, int tag, chorus_comm_t comm,
-                                    chorus_request_t *req_p)
-{
-    return tg_post(comm, 1, (void *)buf, count, dtype, peer, tag, NULL, req_p);
-}
-
-chorus_status_t chorus_tagged_irecv(void *buf, size_t count, chorus_dtype_t dtype, int peer,
-                                    int tag, chorus_comm_t comm, int *source_p,
-                                    chorus_request_t *req_p)
-{
-    return tg_post(comm, 0, buf, count, dtype, peer, tag, source_p, req_p);
 }
 
 void chorus__tagged_close(chorus_comm_t comm)
