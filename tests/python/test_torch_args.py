@@ -193,6 +193,9 @@ if n > 1:
         finally:
             raises(s, "send under tag 5 that nothing receives", "tag 5", f"rank {peer}",
                    "timeout")
+            # Every rank's deadlines have passed before any leaves g: a rank that left
+            # first would fail the others' pending calls as a lost peer instead.
+            dist.barrier()
             dist.destroy_process_group(g)
     refused("recv under tag 6 while the peer sends tag 5", "recv", tags_never_meet, "tag 6",
             "timeout", "held here: tag 5")
