@@ -347,7 +347,7 @@ PY_BUILD := $(BUILD)/python
 PY_SRCS  := $(sort $(wildcard python/chorus/*.py))
 PY_STAMP := $(PY_BUILD)/.built
 all: $(PY_STAMP)
-$(PY_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp) $(SHARED_LIB) \
+$(PY_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp python/csrc/*.h) $(SHARED_LIB) \
         $(SHARED_LINKS) include/chorus.h $(CONFIG)
 	@mkdir -p $(PY_BUILD)/chorus
 	cp $(PY_SRCS) $(PY_BUILD)/chorus/
@@ -366,7 +366,7 @@ PY_PIP_STAMP := $(PY_PIP_BUILD)/.built
 ifeq ($(HAVE_PIP_TORCH),1)
 all: $(PY_PIP_STAMP)
 endif
-$(PY_PIP_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp) $(SHARED_LIB) \
+$(PY_PIP_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp python/csrc/*.h) $(SHARED_LIB) \
         $(SHARED_LINKS) include/chorus.h $(CONFIG)
 	@mkdir -p $(PY_PIP_BUILD)/chorus
 	cp $(PY_SRCS) $(PY_PIP_BUILD)/chorus/
