@@ -8,6 +8,7 @@
 # Tiers (README, "Tests"):
 #   quick    `make test`: every unit test, the collective matrix on 1-4 ranks over shm, tcp
 #            and ucx with every algorithm, the arena, mismatches and deadlines on 2-4 ranks,
+#            tagged send/recv (by tag, from any source) on 2-3,
 #            reproducible reductions on 1-4, the device matrix on the fake GPU on 2-3, the
 #            Python package and the PyTorch backend on 2 ranks, one fault (a rank killed),
 #            launch and stranger checks. About 3 minutes on 2 cores (166-168 s, 2026-12-04).
