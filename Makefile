@@ -347,6 +347,8 @@ PY_BUILD := $(BUILD)/python
 PY_SRCS  := $(sort $(wildcard python/chorus/*.py))
 PY_STAMP := $(PY_BUILD)/.built
 all: $(PY_STAMP)
+# build_ext --force: setuptools compares the .cpp with its object only, so a changed header
+# (python/csrc/*.h, listed below) would otherwise leave the old object in place.
 $(PY_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp python/csrc/*.h) $(SHARED_LIB) \
         $(SHARED_LINKS) include/chorus.h $(CONFIG)
 	@mkdir -p $(PY_BUILD)/chorus
@@ -354,7 +356,7 @@ $(PY_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp python/csrc
 	echo 'LIBRARY = "$(abspath $(BUILD))/lib/$(SONAME)"' > $(PY_BUILD)/chorus/_libpath.py
 ifeq ($(HAVE_TORCH),1)
 	cd python && CHORUS_INCLUDE_DIR=$(abspath include) CHORUS_LIBRARY_DIR=$(abspath $(BUILD))/lib \
-	    $(PYTHON) setup.py -q build_ext --build-lib $(abspath $(PY_BUILD)) \
+	    $(PYTHON) setup.py -q build_ext --force --build-lib $(abspath $(PY_BUILD)) \
 	    --build-temp $(abspath $(BUILD))/python-tmp
 endif
 	touch $@
@@ -372,7 +374,7 @@ $(PY_PIP_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp python/
 	cp $(PY_SRCS) $(PY_PIP_BUILD)/chorus/
 	echo 'LIBRARY = "$(abspath $(BUILD))/lib/$(SONAME)"' > $(PY_PIP_BUILD)/chorus/_libpath.py
 	cd python && CHORUS_INCLUDE_DIR=$(abspath include) CHORUS_LIBRARY_DIR=$(abspath $(BUILD))/lib \
-	    $(PIP_PYTHON) setup.py -q build_ext --build-lib $(abspath $(PY_PIP_BUILD)) \
+	    $(PIP_PYTHON) setup.py -q build_ext --force --build-lib $(abspath $(PY_PIP_BUILD)) \
 	    --build-temp $(abspath $(BUILD))/python-pip-tmp
 	touch $@
 
