@@ -549,19 +549,22 @@ run_mp_leak() {
     run_test "mp/leak_cycles valgrind n=2 shm,tcp" timeout -k 5 240 sh tests/leak_cycles.sh valgrind
 }
 
+# mp_case PROG N TRANSPORT CASE [ENV=VALUE...]: one --case of $BUILD/tests/mp_PROG on N ranks
+# over TRANSPORT, a line "mp/PROG n=N transport=TRANSPORT CASE [ENV...]".
+mp_case() {
+    prog=$1 n=$2 tp=$3 c=$4
+    shift 4
+    run_test "mp/$prog n=$n transport=$tp $c${*:+ $*}" env CHORUS_TRANSPORT="$tp" \
+        CHORUS_TIMEOUT=20 "$@" "$CHORUSRUN" -n "$n" --timeout 120 -- \
+        "$BUILD/tests/mp_$prog" --case "$c"
+}
+
 run_mp_nonblocking() {
     # Nonblocking operations (issue 17): many in flight, completion order, send/recv
     # batches, errors, abort, destroy and deadlines of in-flight requests, over shm, tcp and
     # ucx; 20,000 operations without growth here, 100,000 in `make leak-test`; the overlap
     # with computation is tests/cluster/test_nonblocking_overlap.sh.
-    nb() { # N TRANSPORT CASE [ENV=VALUE...]
-        n=$1 tp=$2 c=$3
-        shift 3
-        # shellcheck disable=SC2086
-        run_test "mp/nonblocking n=$n transport=$tp $c${*:+ $*}" env CHORUS_TRANSPORT="$tp" \
-            CHORUS_TIMEOUT=20 "$@" "$CHORUSRUN" -n "$n" --timeout 120 -- \
-            "$BUILD/tests/mp_nonblocking" --case "$c"
-    }
+    nb() { mp_case nonblocking "$@"; }
     for tp in shm tcp; do
         for n in 2 3 $(full && echo 4); do
             for c in inflight order p2p; do nb "$n" "$tp" "$c"; done
@@ -586,14 +589,7 @@ run_mp_nonblocking() {
 # Tagged point to point (issue 41, tests/mp/tagged.c): matching by tag and from any source,
 # held messages, mismatches and deadlines, over shm, tcp and ucx.
 run_mp_tagged() {
-    tg() { # N TRANSPORT CASE [ENV=VALUE...]
-        n=$1 tp=$2 c=$3
-        shift 3
-        # shellcheck disable=SC2086
-        run_test "mp/tagged n=$n transport=$tp $c${*:+ $*}" env CHORUS_TRANSPORT="$tp" \
-            CHORUS_TIMEOUT=20 "$@" "$CHORUSRUN" -n "$n" --timeout 120 -- \
-            "$BUILD/tests/mp_tagged" --case "$c"
-    }
+    tg() { mp_case tagged "$@"; }
     for c in order any self flood refuse destroy; do tg 3 shm "$c"; done
     for c in mismatch timeout destroy_held; do tg 2 shm "$c"; done
     for c in order any flood; do tg 2 tcp "$c"; done

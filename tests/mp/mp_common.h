@@ -252,6 +252,27 @@ static inline void mp_guarded_free(unsigned char *buf)
     if (buf != NULL) free(buf - MP_GUARD);
 }
 
+/* ---- Checks that record a failure and go on ----
+ * For programs that declare `static int g_rank, g_fail;`: CHECK prints "FAIL rank R line L:
+ * ..." and sets g_fail; OK checks that a call returned CHORUS_SUCCESS, naming the call, its
+ * status and chorus_last_error(). */
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            printf("FAIL rank %d line %d: ", g_rank, __LINE__);                                \
+            printf(__VA_ARGS__);                                                               \
+            printf("\n");                                                                      \
+            g_fail = 1;                                                                        \
+        }                                                                                      \
+    } while (0)
+
+#define OK(call)                                                                               \
+    do {                                                                                       \
+        chorus_status_t st_ = (call);                                                          \
+        CHECK(st_ == CHORUS_SUCCESS, "%s: %s: %s", #call, chorus_status_string(st_),           \
+              chorus_last_error());                                                            \
+    } while (0)
+
 /* ---- Misc ---- */
 
 static inline double mp_now(void)

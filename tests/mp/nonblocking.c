@@ -39,23 +39,6 @@
 static int g_rank, g_n;
 static int g_fail;
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            printf("FAIL rank %d line %d: ", g_rank, __LINE__);                                \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-            g_fail = 1;                                                                        \
-        }                                                                                      \
-    } while (0)
-
-#define OK(call)                                                                               \
-    do {                                                                                       \
-        chorus_status_t st_ = (call);                                                          \
-        CHECK(st_ == CHORUS_SUCCESS, "%s: %s: %s", #call, chorus_status_string(st_),           \
-              chorus_last_error());                                                            \
-    } while (0)
-
 static double now_ms(void)
 {
     struct timespec ts;

@@ -30,23 +30,6 @@
 static int g_rank, g_n;
 static int g_fail;
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            printf("FAIL rank %d line %d: ", g_rank, __LINE__);                                \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-            g_fail = 1;                                                                        \
-        }                                                                                      \
-    } while (0)
-
-#define OK(call)                                                                               \
-    do {                                                                                       \
-        chorus_status_t st_ = (call);                                                          \
-        CHECK(st_ == CHORUS_SUCCESS, "%s: %s: %s", #call, chorus_status_string(st_),           \
-              chorus_last_error());                                                            \
-    } while (0)
-
 /* The value of element i of the message (src -> dst, tag, k-th of that tag). */
 static uint32_t val(int src, int dst, int tag, int k, size_t i)
 {
