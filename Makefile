@@ -230,7 +230,8 @@ leak-test: all $(BUILD)/tests/mp_leak_cycles $(BUILD)/tests/mp_nonblocking
 # ones need root and say "skipped: <reason>" without it; `make test` runs the shm kill.
 .PHONY: fault-test
 fault-test: all $(BUILD)/tests/mp_fault_loop
-	@SHRINK_RUNS=$${SHRINK_RUNS:-10} BUILD=$(BUILD) sh tests/run_tests.sh fault
+	@SHRINK_RUNS=$${SHRINK_RUNS:-10} SHRINK_COUNT=$${SHRINK_COUNT:-4194304} BUILD=$(BUILD) \
+	    sh tests/run_tests.sh fault
 
 # libFuzzer targets for the parsers of untrusted input (tests/fuzz/fuzz_*.c, run by
 # tests/fuzz/fuzz.sh for FUZZ_SECONDS each; needs clang and libclang-rt-14-dev, else skips).
@@ -346,19 +347,25 @@ INSTALL_PYTHON ?= 1
 PY_BUILD := $(BUILD)/python
 PY_SRCS  := $(sort $(wildcard python/chorus/*.py))
 PY_STAMP := $(PY_BUILD)/.built
+PY_EXT_DEPS := python/setup.py $(wildcard python/csrc/*.cpp python/csrc/*.h) include/chorus.h \
+        $(CONFIG)
 all: $(PY_STAMP)
+# The extension links libchorus.so by its soname, so a rebuilt library does not relink it
+# (order-only); it is rebuilt when its sources, chorus.h or the configuration change.
 # build_ext --force: setuptools compares the .cpp with its object only, so a changed header
-# (python/csrc/*.h, listed below) would otherwise leave the old object in place.
-$(PY_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp python/csrc/*.h) $(SHARED_LIB) \
-        $(SHARED_LINKS) include/chorus.h $(CONFIG)
+# (python/csrc/*.h) would otherwise leave the old object in place.
+$(PY_BUILD)/.ext: $(PY_EXT_DEPS) | $(SHARED_LIB) $(SHARED_LINKS)
 	@mkdir -p $(PY_BUILD)/chorus
-	cp $(PY_SRCS) $(PY_BUILD)/chorus/
-	echo 'LIBRARY = "$(abspath $(BUILD))/lib/$(SONAME)"' > $(PY_BUILD)/chorus/_libpath.py
 ifeq ($(HAVE_TORCH),1)
 	cd python && CHORUS_INCLUDE_DIR=$(abspath include) CHORUS_LIBRARY_DIR=$(abspath $(BUILD))/lib \
 	    $(PYTHON) setup.py -q build_ext --force --build-lib $(abspath $(PY_BUILD)) \
 	    --build-temp $(abspath $(BUILD))/python-tmp
 endif
+	touch $@
+$(PY_STAMP): $(PY_SRCS) $(PY_BUILD)/.ext $(SHARED_LIB) $(SHARED_LINKS)
+	@mkdir -p $(PY_BUILD)/chorus
+	cp $(PY_SRCS) $(PY_BUILD)/chorus/
+	echo 'LIBRARY = "$(abspath $(BUILD))/lib/$(SONAME)"' > $(PY_BUILD)/chorus/_libpath.py
 	touch $@
 
 # The same package for torch 2.x from pip (configure's PIP_PYTHON, HAVE_PIP_TORCH), in a
@@ -368,14 +375,16 @@ PY_PIP_STAMP := $(PY_PIP_BUILD)/.built
 ifeq ($(HAVE_PIP_TORCH),1)
 all: $(PY_PIP_STAMP)
 endif
-$(PY_PIP_STAMP): $(PY_SRCS) python/setup.py $(wildcard python/csrc/*.cpp python/csrc/*.h) $(SHARED_LIB) \
-        $(SHARED_LINKS) include/chorus.h $(CONFIG)
+$(PY_PIP_BUILD)/.ext: $(PY_EXT_DEPS) | $(SHARED_LIB) $(SHARED_LINKS)
 	@mkdir -p $(PY_PIP_BUILD)/chorus
-	cp $(PY_SRCS) $(PY_PIP_BUILD)/chorus/
-	echo 'LIBRARY = "$(abspath $(BUILD))/lib/$(SONAME)"' > $(PY_PIP_BUILD)/chorus/_libpath.py
 	cd python && CHORUS_INCLUDE_DIR=$(abspath include) CHORUS_LIBRARY_DIR=$(abspath $(BUILD))/lib \
 	    $(PIP_PYTHON) setup.py -q build_ext --force --build-lib $(abspath $(PY_PIP_BUILD)) \
 	    --build-temp $(abspath $(BUILD))/python-pip-tmp
+	touch $@
+$(PY_PIP_STAMP): $(PY_SRCS) $(PY_PIP_BUILD)/.ext $(SHARED_LIB) $(SHARED_LINKS)
+	@mkdir -p $(PY_PIP_BUILD)/chorus
+	cp $(PY_SRCS) $(PY_PIP_BUILD)/chorus/
+	echo 'LIBRARY = "$(abspath $(BUILD))/lib/$(SONAME)"' > $(PY_PIP_BUILD)/chorus/_libpath.py
 	touch $@
 
 # The Python package with the library and launcher it runs on, and nothing else: what the

@@ -8,7 +8,7 @@
 # this host, chorusrun --on-failure continue) and over tcp (4 emulated hosts x 2, network
 # namespaces; one "PART-SKIP tcp-...: skipped: <reason>" line per scenario where they
 # cannot be made). Prints the times.
-# SHRINK_COUNT changes the allreduce's elements (CI runs each scenario once on 4 MiB).
+# SHRINK_COUNT changes the allreduce's elements (make check passes 4 MiB, SHRINK_RUNS=3).
 set -u
 BUILD=${BUILD:-build}
 HERE=$(dirname "$0")

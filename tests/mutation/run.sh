@@ -83,7 +83,7 @@ LOGS=$S/.mutation-logs
 LEFT=$( [ -d "$SAVE" ] && cd "$SAVE" && find . -type f | sed 's|^\./||')
 rm -rf "$SAVE" "$LOGS"
 mkdir -p "$SAVE" "$LOGS"
-cleanup() { [ "$KEEP" -eq 1 ] || rm -rf "$S"; }
+cleanup() { [ "$KEEP" -eq 1 ] || rm -rf "$S" "$S.lane2"; }
 trap 'cleanup; exit 1' INT TERM
 
 echo "mutation: scratch tree $S"
@@ -175,82 +175,121 @@ if [ "$BASE_FAIL" -eq 1 ]; then
     exit 1
 fi
 
-NTOTAL=0
-NKILLED=0
-NERR=0
-SURVIVORS=""
-ERRORS=""
-TABLE=$LOGS/table
-: >"$TABLE"
-for id in $IDS; do
-    NTOTAL=$((NTOTAL + 1))
-    t=$(now)
-    log=$LOGS/$id
-    where=$($HELPER apply "$LIST_FILE" "$S" "$id" "$SAVE")
-    if [ $? -ne 0 ]; then
-        result=STALE
-        by="$where"
-        where="-"
-    else
-        file=${where%:*}
-        result=""
-        by="-"
-        # Only what its kill commands run: the binaries they name, with the library they
-        # link (`make all` relinks every tool and example: 24 s against 7 for one test
-        # binary here). A command that goes through Python (libchorus.so, the extension)
-        # gets `all`. A survivor builds everything before the quick tier anyway.
-        targets=$(kill_bins "$id")
-        if [ -z "$targets" ] || $HELPER kills "$LIST_FILE" "$id" | grep -q python; then
-            targets="all $targets"
-        fi
-        # shellcheck disable=SC2086
-        if ! build "$log.build.log" $targets; then
-            result=BUILD-FAILED
-            by="see $log.build.log"
-        fi
-        if [ -z "$result" ]; then
-            k=0
-            $HELPER kills "$LIST_FILE" "$id" >"$log.kills"
-            while IFS= read -r cmd; do
-                k=$((k + 1))
-                if ! run_kill "$log.kill$k.log" "$cmd" </dev/null; then
-                    result=KILLED
-                    by=$(short "$cmd")
-                    break
-                fi
-            done <"$log.kills"
-        fi
-        if [ -z "$result" ]; then
+# run_lane TREE IDS...: the mutants, one after the other, in the tree TREE (its own build,
+# its own saved originals); one table line each, on stdout and in $LOGS/table.TREE-NAME.
+run_lane() {
+    lane_tree=$1
+    shift
+    cd "$lane_tree" || exit 1
+    S=$lane_tree
+    SAVE=$S/.mutation-orig
+    mkdir -p "$SAVE"
+    lane_table=$LOGS/table.$(basename "$S")
+    : >"$lane_table"
+    for id in "$@"; do
+        t=$(now)
+        log=$LOGS/$id
+        where=$($HELPER apply "$LIST_FILE" "$S" "$id" "$SAVE")
+        if [ $? -ne 0 ]; then
+            result=STALE
+            by="$where"
+            where="-"
+        else
+            file=${where%:*}
+            result=""
+            by="-"
+            # Only what its kill commands run: the binaries they name, with the library
+            # they link (`make all` relinks every tool and example: 24 s against 7 for one
+            # test binary here). A command that goes through Python (libchorus.so, the
+            # extension) gets `all`. A survivor builds everything before the quick tier.
+            targets=$(kill_bins "$id")
+            if [ -z "$targets" ] || $HELPER kills "$LIST_FILE" "$id" | grep -q python; then
+                targets="all $targets"
+            fi
             # shellcheck disable=SC2086
-            if ! build "$log.build-tests.log" all $TEST_BINS; then
+            if ! build "$log.build.log" $targets; then
                 result=BUILD-FAILED
-                by="see $log.build-tests.log"
-            else
-                BUILD=$B sh tests/run_tests.sh quick --fail-fast >"$log.quick.log" 2>&1
-                rc=$?
-                if [ "$rc" -eq 0 ]; then
-                    result=SURVIVED
-                elif [ "$rc" -eq 2 ] && grep -q '^usage:' "$log.quick.log"; then
-                    result=NO-QUICK
-                    by="tests/run_tests.sh has no quick tier"
+                by="see $log.build.log"
+            fi
+            if [ -z "$result" ]; then
+                k=0
+                $HELPER kills "$LIST_FILE" "$id" >"$log.kills"
+                while IFS= read -r cmd; do
+                    k=$((k + 1))
+                    if ! run_kill "$log.kill$k.log" "$cmd" </dev/null; then
+                        result=KILLED
+                        by=$(short "$cmd")
+                        break
+                    fi
+                done <"$log.kills"
+            fi
+            if [ -z "$result" ]; then
+                # shellcheck disable=SC2086
+                if ! build "$log.build-tests.log" all $TEST_BINS; then
+                    result=BUILD-FAILED
+                    by="see $log.build-tests.log"
                 else
-                    result=KILLED
-                    by="quick: $(grep '^FAIL' "$log.quick.log" | head -n 1 |
-                        sed 's/^FAIL *//; s/  *[0-9.]*s .*$//')"
+                    BUILD=$B sh tests/run_tests.sh quick --fail-fast >"$log.quick.log" 2>&1
+                    rc=$?
+                    if [ "$rc" -eq 0 ]; then
+                        result=SURVIVED
+                    elif [ "$rc" -eq 2 ] && grep -q '^usage:' "$log.quick.log"; then
+                        result=NO-QUICK
+                        by="tests/run_tests.sh has no quick tier"
+                    else
+                        result=KILLED
+                        by="quick: $(grep '^FAIL' "$log.quick.log" | head -n 1 |
+                            sed 's/^FAIL *//; s/  *[0-9.]*s .*$//')"
+                    fi
                 fi
             fi
+            # Back to the original; touched, so that the next make rebuilds what it feeds.
+            cp "$SAVE/$file" "$file" && touch "$file"
         fi
-        # Back to the original; touched, so that the next make rebuilds what it feeds.
-        cp "$SAVE/$file" "$file" && touch "$file"
-    fi
-    case $result in
-    KILLED) NKILLED=$((NKILLED + 1)) ;;
-    SURVIVED) SURVIVORS="$SURVIVORS${SURVIVORS:+, }$id" ;;
-    *) NERR=$((NERR + 1)); ERRORS="$ERRORS${ERRORS:+, }$id ($result)" ;;
-    esac
-    printf '%-30s %-40s %-12s %5ss  %s\n' "$id" "$where" "$result" "$(($(now) - t))" "$by" |
-        tee -a "$TABLE"
-done
+        printf '%-30s %-40s %-12s %5ss  %s\n' "$id" "$where" "$result" "$(($(now) - t))" \
+            "$by" | tee -a "$lane_table"
+    done
+}
+
+# Two lanes by default, each in a tree of its own: a mutant's rebuild is one compile and a
+# link, and its kill commands mostly one process, so one lane leaves a core idle. The
+# second tree is a copy of the built first (times kept: nothing rebuilds).
+LANES=${MUTATION_LANES:-2}
+set -- $IDS
+[ "$#" -ge 2 ] || LANES=1
+S2=""
+if [ "$LANES" -ge 2 ]; then
+    S2=$S.lane2
+    rm -rf "$S2"
+    cp -a "$S" "$S2" || { echo "mutation: copying the tree for a second lane failed"; exit 1; }
+    rm -rf "$S2/.mutation-orig" "$S2/.mutation-logs"
+    # Greedy by weight: a mutant killed through Python rebuilds the extensions (both torch
+    # lines), about 4 others' worth; two such builds at once would share the cores anyway.
+    ids1="" ids2="" w1=0 w2=0
+    for id in $IDS; do
+        w=1
+        $HELPER kills "$LIST_FILE" "$id" | grep -q python && w=4
+        if [ "$w1" -le "$w2" ]; then ids1="$ids1 $id" w1=$((w1 + w)); else ids2="$ids2 $id" w2=$((w2 + w)); fi
+    done
+    echo "mutation: $# mutants in 2 lanes ($S, $S2)"
+    # shellcheck disable=SC2086
+    (run_lane "$S2" $ids2) &
+    lane2_pid=$!
+    # shellcheck disable=SC2086
+    (run_lane "$S" $ids1)
+    wait "$lane2_pid"
+else
+    # shellcheck disable=SC2086
+    (run_lane "$S" $IDS)
+fi
+cd "$TOP" || exit 1
+TABLE=$LOGS/table
+cat "$LOGS"/table.* >"$TABLE"
+NTOTAL=$(wc -l <"$TABLE")
+NKILLED=$(awk '$3 == "KILLED"' "$TABLE" | wc -l)
+SURVIVORS=$(awk '$3 == "SURVIVED" { printf "%s%s", n++ ? ", " : "", $1 }' "$TABLE")
+ERRORS=$(awk '$3 != "KILLED" && $3 != "SURVIVED" { printf "%s%s (%s)", n++ ? ", " : "", $1, $3 }' "$TABLE")
+NERR=$(awk '$3 != "KILLED" && $3 != "SURVIVED"' "$TABLE" | wc -l)
 
 PCT=$(awk -v k="$NKILLED" -v n="$NTOTAL" 'BEGIN { printf "%d", n ? 100 * k / n : 0 }')
 echo "mutation: $NKILLED killed of $NTOTAL ($PCT%), survivors: ${SURVIVORS:-none}" \
@@ -259,6 +298,6 @@ echo "mutation: $NKILLED killed of $NTOTAL ($PCT%), survivors: ${SURVIVORS:-none
 if [ "$KEEP" -eq 1 ]; then
     echo "mutation: scratch tree and logs kept in $S ($LOGS)"
 else
-    cd "$TOP" && rm -rf "$S"
+    cd "$TOP" && rm -rf "$S" ${S2:+"$S2"}
 fi
 [ "$NERR" -eq 0 ] && [ "$PCT" -ge "${MUTATION_MIN:-90}" ]
