@@ -295,9 +295,12 @@ chorus_status_t chorus_alltoall(const void *sendbuf, void *recvbuf, size_t count
  *  - Matching: gather and scatter need the same sendcount / recvcount, dtype and root on
  *    every rank; allgatherv and reduce_scatterv the same recvcounts array on every rank
  *    (displs are each rank's own layout); alltoallv needs sendcounts[p] on this rank to
- *    equal recvcounts[rank] on rank p. Ranks that disagree get CHORUS_ERR_MISMATCH (every
- *    rank of the call, the message naming the rank that differs), never a hang or an
- *    overrun; that is checked unless CHORUS_CHECK_CALLS=0. A disagreement on whether the
+ *    equal recvcounts[rank] on rank p. Ranks that disagree get CHORUS_ERR_MISMATCH (the
+ *    message naming the rank that differs), never a hang or an overrun; that is checked
+ *    unless CHORUS_CHECK_CALLS=0. On one host (the shared arena) every rank of the call
+ *    gets it in the call. Across hosts, in gather, scatter and alltoallv a rank that
+ *    exchanges nothing with the ranks that disagree may complete the call (its data is
+ *    what a correct call gives) and gets the error at its next call. A disagreement on whether the
  *    call moves anything at all (counts all 0 on some ranks) shows at the next call.
  *  - Blocks of a receive buffer must not overlap (an element written twice), nor may a
  *    block end beyond the address space or exceed 2^40 bytes: CHORUS_ERR_INVALID_ARGUMENT

@@ -87,7 +87,7 @@ typedef enum {
     CHORUS_COLL_SENDRECV, /* a group of point-to-point operations */
     /* Added after SENDRECV (issue 41) so that the numbers above, which calibration files
      * and loops over "the collectives before SENDRECV" use, stay as they were. None of
-     * them runs on the arena or is costed by the tuner (lib/core/select.c). */
+     * them is costed by the tuner; on one host they run on the arena (lib/core/select.c). */
     CHORUS_COLL_GATHER,
     CHORUS_COLL_SCATTER,
     CHORUS_COLL_ALLGATHERV,      /* per-rank counts: chorus_coll_args_t.recvcounts */

@@ -92,7 +92,7 @@ void arena__sig_text(const arena_sig_t *s, char *buf, size_t len)
     const char *dt = chorus_dtype_name((chorus_dtype_t)s->dtype);
     const char *op = chorus_op_name((chorus_op_t)s->op);
     int reduces = c == CHORUS_COLL_ALLREDUCE || c == CHORUS_COLL_REDUCE ||
-                  c == CHORUS_COLL_REDUCE_SCATTER;
+                  c == CHORUS_COLL_REDUCE_SCATTER || c == CHORUS_COLL_REDUCE_SCATTERV;
     char tail[48] = "";
     int k;
 
@@ -103,8 +103,22 @@ void arena__sig_text(const arena_sig_t *s, char *buf, size_t len)
     k = snprintf(buf, len, "%s%s #%u", (s->coll & ARENA_SIG_DEVICE) ? "device " : "",
                  coll != NULL ? coll : "?", (unsigned)s->opno);
     if (c == CHORUS_COLL_BARRIER || k < 0 || (size_t)k >= len) return;
-    if (c == CHORUS_COLL_BROADCAST || c == CHORUS_COLL_REDUCE)
+    if (c == CHORUS_COLL_BROADCAST || c == CHORUS_COLL_REDUCE || c == CHORUS_COLL_GATHER ||
+        c == CHORUS_COLL_SCATTER)
         snprintf(tail, sizeof tail, " root %u", (unsigned)s->root);
+    /* The v-forms' signatures carry a hash of recvcounts (alltoallv: nothing; its counts
+     * are compared pair by pair). */
+    if (c == CHORUS_COLL_ALLGATHERV || c == CHORUS_COLL_REDUCE_SCATTERV) {
+        snprintf(buf + k, len - (size_t)k, " of %s%s%s, recvcounts hash %016llx",
+                 dt != NULL ? dt : "?", c == CHORUS_COLL_REDUCE_SCATTERV ? " " : "",
+                 c == CHORUS_COLL_REDUCE_SCATTERV ? (op != NULL ? op : "?") : "",
+                 (unsigned long long)s->count);
+        return;
+    }
+    if (c == CHORUS_COLL_ALLTOALLV) {
+        snprintf(buf + k, len - (size_t)k, " of %s", dt != NULL ? dt : "?");
+        return;
+    }
     snprintf(buf + k, len - (size_t)k, " of %llu x %s%s%s%s", (unsigned long long)s->count,
              dt != NULL ? dt : "?", reduces ? " " : "", reduces ? (op != NULL ? op : "?") : "",
              tail);
@@ -321,8 +335,11 @@ chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendb
 
 int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll)
 {
-    /* Everything before SENDRECV; the collectives after it (issue 41) are schedules only. */
-    return arena != NULL && (unsigned)coll < CHORUS_COLL_SENDRECV;
+    if (arena == NULL) return 0;
+    /* alltoallv starts by publishing every rank's two count arrays in a flat slot. */
+    if (coll == CHORUS_COLL_ALLTOALLV)
+        return (size_t)arena->n * 2 * sizeof(uint64_t) <= arena->flat_slot;
+    return coll != CHORUS_COLL_SENDRECV && (unsigned)coll < CHORUS_NUM_COLLS;
 }
 
 size_t chorus__arena_flat_max(const chorus_arena_t *arena)

@@ -8,6 +8,7 @@
  * one synchronisation per chunk. arena.c: allreduce (a flat path where every rank reduces
  * every vector in rank order, and a staged path where each rank reduces its slice);
  * arena_coll.c: allgather, reduce_scatter, broadcast, reduce, alltoall, barrier;
+ * arena_v.c: gather, scatter, allgatherv, reduce_scatterv, alltoallv;
  * arena_eager.c: small broadcasts and reduces whose writers run ahead of the readers;
  * arena_cma.c: optional single copy between processes (process_vm_readv).
  *
@@ -83,6 +84,28 @@ chorus_status_t chorus__arena_alltoall(chorus_arena_t *arena, const void *sendbu
                                        void *recvbuf, size_t count_per_peer,
                                        chorus_dtype_t dtype, const char *what);
 chorus_status_t chorus__arena_barrier(chorus_arena_t *arena, const char *what);
+
+/* ---- arena_v.c: gather, scatter and the v-forms (issue 41) ---- */
+typedef struct {
+    chorus_coll_t coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;              /* gather, scatter: elements per rank */
+    const size_t *sendcounts;  /* the call's arrays, by comm rank (NULL where unused) */
+    const size_t *sdispls;
+    const size_t *recvcounts;
+    const size_t *rdispls;
+    chorus_dtype_t dtype;
+    chorus_op_t op;            /* reduce_scatterv (never AVG: the caller divides) */
+    int root;                  /* gather, scatter: a comm rank */
+    uint64_t counts_hash;      /* allgatherv, reduce_scatterv: of recvcounts, for the
+                                * signature */
+    const char *what;
+} chorus_arena_v_args_t;
+
+/* Runs one of them (validated, not empty on this rank). Ranks that disagree about counts,
+ * root or datatype all fail with CHORUS_ERR_MISMATCH. */
+chorus_status_t chorus__arena_v(chorus_arena_t *arena, const chorus_arena_v_args_t *args);
 
 /* Bytes below which allreduce takes the flat path (for the tuner's model). */
 size_t chorus__arena_flat_max(const chorus_arena_t *arena);

@@ -198,6 +198,19 @@ static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call
                                         call->dtype, what);
         break;
     case CHORUS_COLL_BARRIER: status = chorus__arena_barrier(arena, what); break;
+    case CHORUS_COLL_GATHER:
+    case CHORUS_COLL_SCATTER:
+    case CHORUS_COLL_ALLGATHERV:
+    case CHORUS_COLL_REDUCE_SCATTERV:
+    case CHORUS_COLL_ALLTOALLV: {
+        chorus_arena_v_args_t v = {call->coll, call->sendbuf, call->recvbuf, call->count,
+                                   call->sendcounts, call->sdispls, call->recvcounts,
+                                   call->rdispls, call->dtype, op, call->root, 0, what};
+        if (call->coll == CHORUS_COLL_ALLGATHERV || call->coll == CHORUS_COLL_REDUCE_SCATTERV)
+            v.counts_hash = chorus__coll_v_hash(call->recvcounts, comm->nranks);
+        status = chorus__arena_v(arena, &v);
+        break;
+    }
     default:
         status = chorus__error(CHORUS_ERR_INTERNAL, "rank %d: %s: the arena does not run it",
                                comm->rank, what);

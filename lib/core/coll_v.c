@@ -240,7 +240,7 @@ chorus_status_t chorus__validate_v(chorus_comm_t comm, chorus_coll_call_t *call,
 
 /* A 64-bit hash of n counts (splitmix64's finaliser over a running mix): equal arrays hash
  * alike on every rank, and a change in any count changes it. */
-static uint64_t v_hash(const size_t *v, int n)
+uint64_t chorus__coll_v_hash(const size_t *v, int n)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
 
@@ -262,7 +262,7 @@ chorus_status_t chorus__coll_v_sign(chorus_comm_t comm, const chorus_coll_call_t
         uint64_t total = 0;
         for (int p = 0; p < n; p++) total += call->recvcounts[p];
         sig->count = total;
-        sig->p2p_hash = v_hash(call->recvcounts, n);
+        sig->p2p_hash = chorus__coll_v_hash(call->recvcounts, n);
         chorus__exec_sign(&comm->exec, sig);
         return CHORUS_SUCCESS;
     }

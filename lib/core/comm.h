@@ -299,6 +299,10 @@ chorus_status_t chorus__validate_v(chorus_comm_t comm, chorus_coll_call_t *call,
 chorus_status_t chorus__coll_v_sign(chorus_comm_t comm, const chorus_coll_call_t *call,
                                     chorus_exec_sig_t *sig);
 
+/* A 64-bit hash of n counts: equal arrays hash alike on every rank, and a change in any
+ * count changes it (the signatures of allgatherv and reduce_scatterv). */
+uint64_t chorus__coll_v_hash(const size_t *v, int n);
+
 /* Builds the v-form call's schedule into comm->vsched. */
 chorus_status_t chorus__coll_v_sched(chorus_comm_t comm, chorus_algo_t algo,
                                      const chorus_coll_args_t *args,

@@ -73,10 +73,13 @@ static int select_size_class(uint64_t bytes)
     return c;
 }
 
-/* The one algorithm of a collective that has one (issue 41: gather and scatter direct,
- * allgatherv and reduce_scatterv on the ring, alltoallv pairwise), else AUTO. With a single
- * candidate the cost model has nothing to choose and the arena does not run these, so
- * neither is asked (nor CHORUS_ALGO, beyond naming that same algorithm). */
+/* The one schedule of a collective that has one (issue 41: gather and scatter direct,
+ * allgatherv and reduce_scatterv on the ring, alltoallv pairwise), else AUTO. The cost
+ * model is not asked: on one host these run on the arena, which copies each byte into the
+ * segment and out once with one synchronisation per chunk (at 64 B on 2 ranks the
+ * schedules took 3-4x the regular forms), and elsewhere the schedule is the only choice.
+ * CHORUS_ALGO naming the schedule keeps it on one host too, and so does CHORUS_TUNE=0,
+ * whose fixed size rules put no collective on the arena. */
 static chorus_algo_t select_only(chorus_coll_t coll)
 {
     switch (coll) {
@@ -95,7 +98,12 @@ static chorus_algo_t select_choose(chorus_comm_t comm, chorus_coll_t coll, uint6
 {
     chorus_algo_t forced = comm->forced_algo;
 
-    if (select_only(coll) != CHORUS_ALGO_AUTO) return select_only(coll);
+    if (select_only(coll) != CHORUS_ALGO_AUTO) {
+        if (comm->arena != NULL && comm->tune != NULL &&
+            chorus__arena_supports(comm->arena, coll) && forced != select_only(coll))
+            return CHORUS_ALGO_ARENA;
+        return select_only(coll);
+    }
     if (forced == CHORUS_ALGO_ARENA)
         return comm->arena != NULL && chorus__arena_supports(comm->arena, coll)
                    ? forced : select_default(comm, coll, bytes);

@@ -16,7 +16,8 @@ its receive, tags that never meet (and messages taken by tag and from any source
 wrong list lengths, sizes and
 dtypes in all_gather, reduce_scatter, all_to_all, _all_gather_base, broadcast, reduce,
 gather and scatter; an uneven all_gather and an all_to_all_single whose sizes disagree
-between ranks (a mismatch, reported on every rank).
+between ranks (a mismatch, reported on every rank), and an all_to_all_single and a gather
+where one rank contradicts rank 0 alone (on one host: the arena, every rank raises).
 Under AddressSanitizer (tests/python/asan.sh) a check that let a bad split through shows
 as a heap-buffer-overflow. Prints "N passed, 0 failed" per rank; exit 1 on any failure.
 """
@@ -256,6 +257,25 @@ if n > 2:
             on_new_group(lambda g: dist.all_to_all_single(
                 out, src, output_split_sizes=even, input_split_sizes=skew, group=g)),
             "mismatch")
+# One rank contradicts rank 0 alone, the others agree with everyone. On one host (these
+# tests) the calls run on the shared arena, where every rank compares every rank's counts
+# before data moves, so every rank raises, uninvolved ones too (lib/arena/arena_v.c).
+if n > 2:
+    odd_splits = [4] * n
+    if rank == n - 1:
+        odd_splits[0], odd_splits[1] = 5, 3
+    refused("all_to_all_single: the last rank sends rank 0 a row more, rank 1 one less",
+            "alltoallv", on_new_group(lambda g: dist.all_to_all_single(
+                torch.zeros(ROWS, 2), torch.zeros(ROWS, 2), output_split_sizes=even,
+                input_split_sizes=odd_splits, group=g)), "mismatch")
+
+    def gather_odd(g):
+        # The group's own gather, whose root has no size of the others' to check against.
+        gpg = dist.distributed_c10d._get_default_group() if g is None else g
+        outs = [[torch.zeros(2) for _ in range(n)]] if rank == 0 else []
+        gpg.gather(outs, [torch.ones(3 if rank == n - 1 else 2)], gather_opts(0)).wait()
+    refused("gather: the last rank sends 3 elements where the root expects 2", "gather",
+            on_new_group(gather_odd), "mismatch")
 refused("reduce_scatter of world_size + 1 inputs", "reduce_scatter",
         lambda: dist.reduce_scatter(torch.zeros(2), [torch.ones(2) for _ in range(n + 1)]),
         "world_size")
