@@ -485,6 +485,11 @@ run_mp_coll_v() {
     run_test "mp/coll_v n=4 transport=shm CHORUS_ARENA_CHUNK=4K" env CHORUS_TRANSPORT=shm \
         CHORUS_ARENA_CHUNK=4K CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 4 --timeout 150 -- "$cv" \
         --dtypes int32,bfloat16
+    # A small flat slot: alltoallv calls where some ranks' blocks go with their counts table
+    # and others' in a second operation (lib/arena/arena_v.c, vm_counts).
+    run_test "mp/coll_v n=4 transport=shm CHORUS_ARENA_FLAT_MAX=512 alltoallv" env \
+        CHORUS_TRANSPORT=shm CHORUS_ARENA_FLAT_MAX=512 CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 4 \
+        --timeout 150 -- "$cv" --colls alltoallv
     run_test "mp/coll_v n=4 transport=tcp CHORUS_CHUNK_SIZE=4K" env CHORUS_TRANSPORT=tcp \
         CHORUS_CHUNK_SIZE=4K CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 4 --timeout 150 -- "$cv" \
         --dtypes int32,bfloat16

@@ -338,7 +338,7 @@ int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll)
     if (arena == NULL) return 0;
     /* alltoallv starts by publishing every rank's two count arrays in a flat slot. */
     if (coll == CHORUS_COLL_ALLTOALLV)
-        return (size_t)arena->n * 2 * sizeof(uint64_t) <= arena->flat_slot;
+        return ((size_t)arena->n * 2 + 1) * sizeof(uint64_t) <= arena->flat_slot;
     return coll != CHORUS_COLL_SENDRECV && (unsigned)coll < CHORUS_NUM_COLLS;
 }
 

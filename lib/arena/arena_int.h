@@ -139,6 +139,9 @@ struct chorus_arena {
     uint32_t *pids;   /* pid of each local index (from the bootstrap exchange) */
     uint8_t *pid_check; /* nonzero when that pid lives in our pid namespace */
     const void **srcs;  /* n source pointers for the reduce kernel (no allocation per call) */
+    uint8_t *vpacked;   /* alltoallv (arena_v.c): per local rank, whether its blocks went
+                         * with its counts table; kept here because a peer may rewrite its
+                         * table once this rank has published its last step */
     uint64_t exact_divisor; /* chorus__arena_set_exact: 0 folds, else exact sum / it */
     uint64_t step;      /* my last published step */
     uint64_t opno;      /* operations run */

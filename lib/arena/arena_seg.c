@@ -279,6 +279,7 @@ static void arena_free(chorus_arena_t *a)
     free(a->pids);
     free(a->pid_check);
     free((void *)a->srcs);
+    free(a->vpacked);
     free(a->seen);
     free(a->tmp);
     free(a);
@@ -301,8 +302,10 @@ static chorus_status_t arena_alloc(const chorus_arena_params_t *p, chorus_arena_
     a->pids = calloc((size_t)a->n, sizeof *a->pids);
     a->pid_check = calloc((size_t)a->n, 1);
     a->srcs = calloc((size_t)a->n, sizeof *a->srcs);
+    a->vpacked = calloc((size_t)a->n, 1);
     a->seen = calloc((size_t)a->n, sizeof *a->seen);
     if (a->ranks == NULL || a->pids == NULL || a->pid_check == NULL || a->srcs == NULL ||
+        a->vpacked == NULL ||
         a->seen == NULL)
         goto err;
     *a_p = a;

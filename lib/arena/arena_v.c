@@ -52,11 +52,21 @@ typedef struct {
     size_t traffic;
 } vmove_t;
 
-/* Writer r's counts table (alltoallv): n sendcounts, then n recvcounts, by comm rank. */
+/* Writer r's counts table (alltoallv): a word saying whether its blocks follow the table
+ * (VM_PACKED), then n sendcounts and n recvcounts, by comm rank. */
+#define VM_PACKED 1u
 static const uint64_t *vm_table(const chorus_arena_t *a, const vmove_t *m, int r)
 {
     return (const uint64_t *)(const void *)(m->table_base +
-                                            ((size_t)r * 2 + (size_t)m->table_par) * a->flat_slot);
+                                            ((size_t)r * 2 + (size_t)m->table_par) * a->flat_slot) +
+           1;
+}
+
+/* Whether writer r's blocks went with its table: read from the tables once (vm_counts),
+ * since r may rewrite its table for its next call while this rank still reads. */
+static int vm_packed(const chorus_arena_t *a, int r)
+{
+    return a->vpacked[r] != 0;
 }
 
 /* Elements of writer r's part d (local indices). */
@@ -69,7 +79,8 @@ static size_t vm_part_len(const chorus_arena_t *a, const vmove_t *m, int r, size
     case CHORUS_COLL_SCATTER: return v->count;
     case CHORUS_COLL_ALLGATHERV: return v->recvcounts[a->ranks[r]];
     case CHORUS_COLL_REDUCE_SCATTERV: return v->recvcounts[a->ranks[d]];
-    default: return (size_t)vm_table(a, m, r)[a->ranks[d]];
+    default: /* alltoallv: a writer whose blocks went with its table has none left */
+        return vm_packed(a, r) ? 0 : (size_t)vm_table(a, m, r)[a->ranks[d]];
     }
 }
 
@@ -216,6 +227,8 @@ static chorus_status_t vm_read(chorus_arena_t *a, const vmove_t *m, size_t i, si
             if (v->coll == CHORUS_COLL_GATHER) {
                 len = v->count;
                 dst = (size_t)cr * v->count;
+            } else if (v->coll == CHORUS_COLL_ALLTOALLV && vm_packed(a, r)) {
+                continue; /* taken with its table (vm_counts) */
             } else {
                 len = v->recvcounts[cr];
                 dst = v->rdispls[cr];
@@ -250,12 +263,17 @@ static void vm_plan(const chorus_arena_t *a, vmove_t *m)
 }
 
 /* alltoallv's first operation: every rank publishes its sendcounts and recvcounts, and
- * checks every pair. Leaves the tables in the flat slots of this operation's parity. */
+ * checks every pair. A rank whose blocks for the others fit the flat slot after its table
+ * puts them there too (back to back, by destination), and its readers take them at once:
+ * a small alltoallv is then one step, like the other collectives, instead of two. Leaves
+ * the tables in the flat slots of this operation's parity. */
 static chorus_status_t vm_counts(chorus_arena_t *a, vmove_t *m)
 {
     const chorus_arena_v_args_t *v = m->v;
-    const int n = a->n;
-    uint64_t s0 = a->step, *mine;
+    const int n = a->n, me = a->ranks[a->me];
+    const size_t hdr = (1 + 2 * (size_t)n) * sizeof(uint64_t);
+    uint64_t s0 = a->step, *mine, total = 0;
+    uint8_t *packed;
     chorus_status_t status = arena__enter(a, v->what);
 
     if (status != CHORUS_SUCCESS) return status;
@@ -264,15 +282,27 @@ static chorus_status_t vm_counts(chorus_arena_t *a, vmove_t *m)
     m->table_base = a->flat;
     m->table_par = (int)(a->opno & 1);
     mine = (uint64_t *)(void *)(a->flat + ((size_t)a->me * 2 + (size_t)m->table_par) * a->flat_slot);
+    packed = (uint8_t *)mine + hdr;
     for (int p = 0; p < n; p++) {
-        mine[p] = v->sendcounts[p];
-        mine[n + p] = v->recvcounts[p];
+        mine[1 + p] = v->sendcounts[p];
+        mine[1 + n + p] = v->recvcounts[p];
+        if (p != me) total += v->sendcounts[p];
+    }
+    mine[0] = total * m->esize <= a->flat_slot - hdr ? VM_PACKED : 0;
+    if (mine[0] & VM_PACKED) {
+        for (int p = 0; p < n; p++) {
+            size_t bytes = v->sendcounts[p] * m->esize;
+            if (p == me || bytes == 0) continue;
+            memcpy(packed, (const uint8_t *)v->sendbuf + v->sdispls[p] * m->esize, bytes);
+            packed += bytes;
+        }
     }
     arena__publish(a, s0 + 1);
     status = arena__wait_all(a, s0 + 1, v->what);
     if (status == CHORUS_SUCCESS) status = arena__check_sigs(a, m->table_par, v->what);
     if (status != CHORUS_SUCCESS) return status;
     m->maxlen = 0;
+    for (int r = 0; r < n; r++) a->vpacked[r] = (vm_table(a, m, r)[-1] & VM_PACKED) != 0;
     for (int r = 0; r < n; r++) {
         const uint64_t *t = vm_table(a, m, r);
         for (int d = 0; d < n; d++) {
@@ -286,8 +316,21 @@ static chorus_status_t vm_counts(chorus_arena_t *a, vmove_t *m)
                                      a->rank, v->what, a->ranks[r], a->ranks[d],
                                      (unsigned long long)sent, a->ranks[d],
                                      (unsigned long long)want, a->ranks[r]));
-            if (sent > m->maxlen) m->maxlen = (size_t)sent;
+            if (d != r && !vm_packed(a, r) && sent > m->maxlen) m->maxlen = (size_t)sent;
         }
+    }
+    /* My blocks from the writers that packed theirs: after its table, the blocks for the
+     * ranks before me (its own excepted). */
+    for (int r = 0; r < n; r++) {
+        const uint64_t *t = vm_table(a, m, r);
+        size_t off = 0;
+        int cr = a->ranks[r];
+
+        if (r == a->me || !vm_packed(a, r)) continue;
+        for (int p = 0; p < me; p++)
+            if (p != cr) off += (size_t)t[p];
+        vm_copy(m, (uint8_t *)v->recvbuf + v->rdispls[cr] * m->esize,
+                (const uint8_t *)(t + 2 * n) + off * m->esize, v->recvcounts[cr] * m->esize);
     }
     return CHORUS_SUCCESS;
 }
