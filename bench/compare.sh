@@ -14,8 +14,9 @@
 # barrier gather scatter allgatherv reduce_scatterv alltoallv, or all of them (all);
 # float32, sum, root 0; the v-forms with equal blocks (count per rank, as their regular
 # counterparts). The peers print chorus-bench's rows with its size and count conventions,
-# buffer contents and checks (bench/mpi/peer.h). gloo-bench skips the last five (its
-# columns show "-").
+# buffer contents and checks (bench/mpi/peer.h). gloo-bench times gather, scatter,
+# allgatherv and alltoallv with Gloo's own calls and skips reduce_scatterv (its columns show
+# "-").
 # -t picks the transport. shm (the default): Chorus as it chooses for local ranks (its shm
 # transport), Open MPI's vader BTL, Gloo over loopback tcp (Gloo has nothing else). tcp:
 # Chorus with CHORUS_TRANSPORT=tcp, Open MPI with the ob1 PML and the tcp BTL on lo only
