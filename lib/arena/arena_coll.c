@@ -35,8 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MOVE_STAGED, MOVE_FLAT, MOVE_INLINE };
-
 /* One data-moving collective on the arena. */
 typedef struct {
     chorus_coll_t coll;
@@ -51,7 +49,7 @@ typedef struct {
     int root;       /* broadcast, reduce: the root's local index; -1 otherwise */
     int own_in_slot; /* in place (reduce_scatter, reduce root): my own part goes through my
                       * slot, since the kernel's destination may alias only its first source */
-    int where;      /* MOVE_* */
+    int where;      /* ARENA_MOVE_* */
     chorus_dtype_t dtype;
     chorus_op_t op;
     uint64_t g0;    /* the arena's chunk counter before the operation */
@@ -61,13 +59,7 @@ typedef struct {
 /* Rank r's slot for chunk i of m. */
 static uint8_t *move_slot(const chorus_arena_t *a, const arena_move_t *m, int r, size_t i)
 {
-    size_t par = (size_t)(a->opno & 1);
-
-    switch (m->where) {
-    case MOVE_INLINE: return a->ctl[r].inl[par];
-    case MOVE_FLAT: return a->flat + ((size_t)r * 2 + par) * a->flat_slot;
-    default: return a->stage + ((size_t)r * 2 + (size_t)((m->g0 + i) & 1)) * a->chunk;
-    }
+    return arena__move_slot(a, m->where, r, m->g0 + i);
 }
 
 /* Elements of each part in chunk i. */
@@ -179,24 +171,11 @@ static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_
 /* Chooses where the parts go and how they are cut into chunks. */
 static void move_plan(const chorus_arena_t *a, arena_move_t *m)
 {
-    size_t bytes = m->parts * m->count * m->esize, unit = ARENA_LINE / m->esize;
+    arena_plan_t p = arena__plan(a, m->parts, m->count, m->esize);
 
-    m->ce = m->count;
-    m->nchunks = 1;
-    if (bytes <= ARENA_INLINE) {
-        m->where = MOVE_INLINE;
-    } else if (bytes <= a->flat_slot) {
-        m->where = MOVE_FLAT;
-    } else {
-        m->where = MOVE_STAGED;
-        /* Slices of whole cache lines where the chunk allows, so that no two parts share
-         * a line; at least one element. */
-        m->ce = a->chunk / (m->parts * m->esize);
-        if (m->ce >= unit) m->ce -= m->ce % unit;
-        if (m->ce == 0) m->ce = 1;
-        if (m->ce > m->count) m->ce = m->count;
-        m->nchunks = (m->count + m->ce - 1) / m->ce;
-    }
+    m->where = p.where;
+    m->ce = p.ce;
+    m->nchunks = p.nchunks;
 }
 
 /* Nonzero when m reads straight from its peers' buffers (arena_cma.c): decided from the
@@ -325,7 +304,7 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m)
         if (status != CHORUS_SUCCESS) return status;
     }
     a->unchecked = !reads || m->coll == CHORUS_COLL_BROADCAST;
-    if (m->where == MOVE_STAGED) a->gchunk += m->nchunks;
+    if (m->where == ARENA_MOVE_STAGED) a->gchunk += m->nchunks;
     return CHORUS_SUCCESS;
 }
 

@@ -274,6 +274,54 @@ static inline chorus_status_t arena__wait_range(chorus_arena_t *a, uint64_t step
     return CHORUS_SUCCESS;
 }
 
+/* Where a data-moving operation's parts go (arena_coll.c, arena_v.c): every part of it in
+ * the control line (up to ARENA_INLINE bytes together), in the flat slot of the operation's
+ * parity, or in chunks through the staging slots, each chunk carrying the same slice of
+ * every part. */
+enum { ARENA_MOVE_STAGED, ARENA_MOVE_FLAT, ARENA_MOVE_INLINE };
+
+typedef struct {
+    int where;      /* ARENA_MOVE_* */
+    size_t ce;      /* elements of a part in one chunk (the stride of parts in a slot) */
+    size_t nchunks; /* 1 unless staged */
+} arena_plan_t;
+
+/* The plan for `parts` parts of up to `count` elements of esize bytes. Staged slices are
+ * whole cache lines where the chunk allows, so that no two parts share a line, and at
+ * least one element. Every rank computes the same from the same arguments. */
+static inline arena_plan_t arena__plan(const chorus_arena_t *a, size_t parts, size_t count,
+                                       size_t esize)
+{
+    size_t bytes = parts * count * esize, unit = ARENA_LINE / esize;
+    arena_plan_t p = {ARENA_MOVE_STAGED, count, 1};
+
+    if (bytes <= ARENA_INLINE) {
+        p.where = ARENA_MOVE_INLINE;
+    } else if (bytes <= a->flat_slot) {
+        p.where = ARENA_MOVE_FLAT;
+    } else {
+        p.ce = a->chunk / (parts * esize);
+        if (p.ce >= unit) p.ce -= p.ce % unit;
+        if (p.ce == 0) p.ce = 1;
+        if (p.ce > count) p.ce = count;
+        p.nchunks = (count + p.ce - 1) / p.ce;
+    }
+    return p;
+}
+
+/* Local rank r's slot of the current operation under plan `where`; g is the arena's chunk
+ * counter of the chunk (staged slots alternate by its parity). */
+static inline uint8_t *arena__move_slot(const chorus_arena_t *a, int where, int r, uint64_t g)
+{
+    size_t par = (size_t)(a->opno & 1);
+
+    switch (where) {
+    case ARENA_MOVE_INLINE: return a->ctl[r].inl[par];
+    case ARENA_MOVE_FLAT: return a->flat + ((size_t)r * 2 + par) * a->flat_slot;
+    default: return a->stage + ((size_t)r * 2 + (size_t)(g & 1)) * a->chunk;
+    }
+}
+
 /* The local index of comm rank `rank`, or -1. */
 static inline int arena__local_index(const chorus_arena_t *a, int rank)
 {

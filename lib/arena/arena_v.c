@@ -34,8 +34,6 @@
 
 #include <string.h>
 
-enum { VMOVE_STAGED, VMOVE_FLAT, VMOVE_INLINE };
-
 typedef struct {
     const chorus_arena_v_args_t *v;
     size_t esize;
@@ -43,7 +41,7 @@ typedef struct {
     size_t maxlen;       /* the longest part of any writer, in elements */
     size_t ce;           /* elements of a part in one chunk (the stride in a slot) */
     size_t nchunks;
-    int where;           /* VMOVE_* */
+    int where;           /* ARENA_MOVE_* */
     int root;            /* gather, scatter: the root's local index; else -1 */
     int own_in_slot;     /* reduce_scatterv in place: my own part goes through my slot */
     uint64_t g0;         /* the arena's chunk counter before the data */
@@ -94,13 +92,7 @@ static size_t vm_slice(const vmove_t *m, size_t len, size_t i)
 
 static uint8_t *vm_slot(const chorus_arena_t *a, const vmove_t *m, int r, size_t i)
 {
-    size_t par = (size_t)(a->opno & 1);
-
-    switch (m->where) {
-    case VMOVE_INLINE: return a->ctl[r].inl[par];
-    case VMOVE_FLAT: return a->flat + ((size_t)r * 2 + par) * a->flat_slot;
-    default: return a->stage + ((size_t)r * 2 + (size_t)((m->g0 + i) & 1)) * a->chunk;
-    }
+    return arena__move_slot(a, m->where, r, m->g0 + i);
 }
 
 static void vm_copy(const vmove_t *m, void *dst, const void *src, size_t bytes)
@@ -244,22 +236,11 @@ static chorus_status_t vm_read(chorus_arena_t *a, const vmove_t *m, size_t i, si
 /* Where the parts go and how they are cut: every rank computes the same from maxlen. */
 static void vm_plan(const chorus_arena_t *a, vmove_t *m)
 {
-    size_t bytes = m->parts * m->maxlen * m->esize, unit = ARENA_LINE / m->esize;
+    arena_plan_t p = arena__plan(a, m->parts, m->maxlen, m->esize);
 
-    m->ce = m->maxlen;
-    m->nchunks = m->maxlen > 0;
-    if (bytes <= ARENA_INLINE) {
-        m->where = VMOVE_INLINE;
-    } else if (bytes <= a->flat_slot) {
-        m->where = VMOVE_FLAT;
-    } else {
-        m->where = VMOVE_STAGED;
-        m->ce = a->chunk / (m->parts * m->esize);
-        if (m->ce >= unit) m->ce -= m->ce % unit;
-        if (m->ce == 0) m->ce = 1;
-        if (m->ce > m->maxlen) m->ce = m->maxlen;
-        m->nchunks = (m->maxlen + m->ce - 1) / m->ce;
-    }
+    m->where = p.where;
+    m->ce = p.ce;
+    m->nchunks = m->maxlen > 0 ? p.nchunks : 0;
 }
 
 /* alltoallv's first operation: every rank publishes its sendcounts and recvcounts, and
@@ -419,6 +400,6 @@ chorus_status_t chorus__arena_v(chorus_arena_t *a, const chorus_arena_v_args_t *
         if (status != CHORUS_SUCCESS) return status;
     }
     a->unchecked = 0;
-    if (m.where == VMOVE_STAGED) a->gchunk += m.nchunks;
+    if (m.where == ARENA_MOVE_STAGED) a->gchunk += m.nchunks;
     return CHORUS_SUCCESS;
 }
