@@ -427,6 +427,14 @@ void chorus__bootstrap_close_ring(chorus_bootstrap_t *bs)
     bs->next_fd = bs->prev_fd = -1;
 }
 
+void chorus__bootstrap_close_listener(chorus_bootstrap_t *bs)
+{
+    if (bs->acc != NULL) chorus__acceptor_destroy(bs->acc);
+    if (bs->listen_fd >= 0) close(bs->listen_fd);
+    bs->acc = NULL;
+    bs->listen_fd = -1;
+}
+
 void chorus__bootstrap_destroy(chorus_bootstrap_t *bs)
 {
     if (bs == NULL) return;

@@ -4,17 +4,30 @@
  * A shrink revokes the failed communicator (its peers' waits end at once), then runs the
  * survivors' agreement of agree.c over fresh connections between the ranks' bootstrap
  * listeners, which stay open for the communicator's life and authenticate with its secret:
- * the failed comm's own streams are out of step and carry nothing more. The coordinator of
- * the decision makes a new unique id (its process serves the rendezvous); every survivor
- * joins the new communicator with the rank it has among the survivors. While it forms, a
- * watcher thread keeps an eye on the agreement's connections: a survivor that dies then
- * (its connection ends before it said it formed), or a peer that has moved to the next
- * epoch, stops the formation, and the agreement runs again with what was learnt. So a death
- * at any moment of a shrink ends in an agreement among the ranks still alive, or in an error
- * at the deadline, never in a wait without end.
+ * the failed comm's own streams are out of step and carry nothing more.
+ *
+ * Epochs alternate between forming and confirming. The coordinator of a decision makes a
+ * new unique id (its process serves the rendezvous); every survivor joins the new
+ * communicator with the rank it has among the survivors, then runs the next epoch of the
+ * agreement, voting for the epoch whose communicator it formed (or for none). Only when the
+ * coordinator of that epoch sees that every survivor formed it, and that nobody was lost
+ * since, does it decide to KEEP it; otherwise its decision is a new id, every holder
+ * destroys what it formed, and the survivors form again. Forming alone cannot be the end:
+ * it completes on some ranks and not on others when a member dies in its last steps (the
+ * final barrier passes on the ranks that got every token first), and a rank that gave up
+ * while the others went on would shrink without them into a second job. A decision is
+ * uniform, so a kept communicator is kept by all.
+ *
+ * While a communicator forms, a watcher thread keeps an eye on the agreement's connections:
+ * a survivor that dies then, or a peer in the next epoch that did not form it, stops the
+ * formation (the next decision cannot keep it). So a death at any moment of a shrink ends
+ * in an agreement among the ranks still alive, or in an error at the deadline, never in a
+ * wait without end. A rank that returns with KEEP first sends that decision to every
+ * survivor and closes its listener (chorus__agree_leave): one whose coordinator died before
+ * telling it then adopts the decision rather than take the departed for dead.
  *
  * Frames on the agreement's connections: u32 length of what follows, u8 kind (AGREE: an
- * agree.c message; FORMED: u32 epoch, "my new communicator formed"), the payload.
+ * agree.c message), the payload.
  */
 #include "core/agree.h"
 #include "core/comm.h"
@@ -22,6 +35,7 @@
 #include "arena/arena.h"
 #include "util/auth.h"
 #include "util/clock.h"
+#include "util/config.h"
 #include "util/log.h"
 #include "util/sock.h"
 #include "util/status.h"
@@ -31,6 +45,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +54,16 @@
 
 #define SK_HELLO_MAGIC "SHRK"
 #define SK_HELLO_BYTES 20 /* magic, u64 comm id, u32 rank, u32 nranks */
-#define SK_FRAME_AGREE 1
-#define SK_FRAME_FORMED 2
+#define SK_FRAME_AGREE 1 /* (2 was FORMED, which the KEEP decision replaced) */
 #define SK_POLL_MS 2
 #define SK_AUTH_S 2.0 /* a peer that has begun its shrink answers a handshake at once */
+/* A refused connection is a death only after this much more reading: the peer may have
+ * left with a decision it sent us just before, on a connection our acceptor thread is
+ * still handing over. */
+#define SK_REFUSED_GRACE_NS 20000000ull
+/* The decision to keep the communicator formed in an epoch: this magic and the epoch. */
+#define SK_KEEP_MAGIC "KEEP"
+#define SK_KEEP_BYTES 8
 
 typedef enum {
     SK_NONE = 0,
@@ -59,8 +80,8 @@ typedef struct {
     size_t rlen[2], rcap[2];
     uint8_t *pend; /* frames waiting for out_fd to be ready */
     size_t plen;
-    int dead;   /* its connection ended, or it refused one */
-    int formed; /* it said its new communicator formed */
+    int dead;            /* its connection ended, or it refused one */
+    uint64_t refused_ns; /* it refused a connection then (0: it did not) */
 } sk_peer_t;
 
 typedef struct {
@@ -71,6 +92,11 @@ typedef struct {
     sk_peer_t *peers;
     uint8_t *suspect; /* kept across epochs */
     chorus_agree_t *ag;
+    /* What this rank formed and votes for: the communicator of epoch `vote` and the dead set
+     * of the decision it was formed from (CHORUS_AGREE_NO_VOTE: none). */
+    uint32_t vote;
+    chorus_comm_t held;
+    uint8_t *held_dead;
     uint8_t *msg; /* chorus__agree_msg_max + frame header */
     chorus_acceptor_t *acc;
     /* The watcher, during a formation. */
@@ -117,7 +143,7 @@ static void sk_mark_dead(shrink_t *s, int p)
     if (pp->dead) return;
     pp->dead = 1;
     sk_close_peer(pp);
-    if (!pp->formed) s->suspect[p] = 1;
+    s->suspect[p] = 1;
     if (s->ag != NULL) chorus__agree_on_dead(s->ag, p);
     CHORUS_INFO("shrink", "rank %d: rank %d is gone", s->me, p);
 }
@@ -131,6 +157,13 @@ static void sk_hello(const shrink_t *s, uint8_t out[SK_HELLO_BYTES])
     put32(out + 8, (uint32_t)s->comm->comm_id);
     put32(out + 12, (uint32_t)s->me);
     put32(out + 16, (uint32_t)s->n);
+}
+
+/* p refused a connection: dead, once what it may have sent before it left was read (the
+ * grace; sk_poll marks it when that has passed). */
+static void sk_refused(shrink_t *s, int p)
+{
+    if (s->peers[p].refused_ns == 0) s->peers[p].refused_ns = chorus__now_ns();
 }
 
 /* Starts a connection to p's listener; a refusal means p's process is gone. */
@@ -154,7 +187,7 @@ static void sk_connect_start(shrink_t *s, int p)
         close(fd);
         if (err == ECONNREFUSED || err == ECONNRESET || err == ENETUNREACH ||
             err == EHOSTUNREACH)
-            sk_mark_dead(s, p);
+            sk_refused(s, p);
         return;
     }
     pp->out_fd = fd;
@@ -211,6 +244,13 @@ static void sk_progress_out(shrink_t *s, int p, short revents)
         int err = 0;
         socklen_t elen = sizeof err;
         if (getsockopt(pp->out_fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
+        if (err == ECONNREFUSED) {
+            close(pp->out_fd);
+            pp->out_fd = -1;
+            pp->out_state = SK_NONE;
+            sk_refused(s, p);
+            return;
+        }
         if (err != 0) {
             sk_mark_dead(s, p);
             return;
@@ -347,10 +387,6 @@ static void sk_dispatch(shrink_t *s, int p, int k)
             return;
         }
         off += 4 + len;
-        if (f[0] == SK_FRAME_FORMED) {
-            pp->formed = 1;
-            continue;
-        }
         if (f[0] != SK_FRAME_AGREE) continue;
         st = chorus__agree_on_msg(s->ag, p, f + 1, len - 1, &epoch);
         CHORUS_TRACE("shrink", "rank %d: message type %u from rank %d (epoch %u, target %u): %s; "
@@ -396,12 +432,35 @@ static chorus_status_t sk_send_queued(shrink_t *s)
     }
 }
 
-/* The coordinator's decision carries the new communicator's id, made when it decides. */
+/* Whether the decision of this epoch, taken here, can keep the communicator of the last:
+ * this rank formed it, every survivor voted for it, and the survivors are those it was
+ * formed for. */
+static int sk_can_keep(shrink_t *s)
+{
+    return s->held != NULL && s->vote + 1 == s->epoch && chorus__agree_unanimous(s->ag, s->vote) &&
+           memcmp(chorus__agree_dead(s->ag), s->held_dead, (size_t)s->n) == 0;
+}
+
+/* Whether a decision's blob says KEEP (and of which epoch). */
+static int sk_is_keep(const void *blob, size_t len, uint32_t *epoch_p)
+{
+    if (len != SK_KEEP_BYTES || memcmp(blob, SK_KEEP_MAGIC, 4) != 0) return 0;
+    *epoch_p = get32((const uint8_t *)blob + 4);
+    return 1;
+}
+
+/* The coordinator's decision, made when it decides: KEEP, or the next communicator's id. */
 static chorus_status_t sk_set_blob(shrink_t *s)
 {
     if (chorus__agree_decided_here(s->ag)) {
         size_t blob_len;
         (void)chorus__agree_blob(s->ag, &blob_len);
+        if (blob_len == 0 && sk_can_keep(s)) {
+            uint8_t keep[SK_KEEP_BYTES];
+            memcpy(keep, SK_KEEP_MAGIC, 4);
+            put32(keep + 4, s->vote);
+            return chorus__agree_set_blob(s->ag, keep, sizeof keep);
+        }
         if (blob_len == 0) {
             chorus_unique_id_t id;
             chorus_status_t st =
@@ -424,7 +483,17 @@ static void sk_poll(shrink_t *s, int wait_ms)
 
     sk_accept(s);
     for (int p = 0; p < s->n; p++) {
-        if (s->peers[p].plen > 0) sk_flush_peer(s, p);
+        sk_peer_t *pp = &s->peers[p];
+        if (!pp->dead && pp->refused_ns != 0 &&
+            chorus__now_ns() - pp->refused_ns > SK_REFUSED_GRACE_NS) {
+            /* what it sent before it left is read: its connection ended (or never was) */
+            if (pp->in_fd >= 0) {
+                (void)sk_read(pp, 1);
+                sk_dispatch(s, p, 1);
+            }
+            sk_mark_dead(s, p);
+        }
+        if (pp->plen > 0 && pp->refused_ns == 0) sk_flush_peer(s, p);
     }
     for (int p = 0; p < s->n; p++) {
         sk_peer_t *pp = &s->peers[p];
@@ -465,8 +534,7 @@ static chorus_status_t sk_start_epoch(shrink_t *s, uint32_t epoch)
     chorus__agree_destroy(s->ag);
     s->ag = NULL;
     s->epoch = epoch;
-    for (int p = 0; p < s->n; p++) s->peers[p].formed = 0;
-    status = chorus__agree_create(s->me, s->n, epoch, s->suspect, &s->ag);
+    status = chorus__agree_create(s->me, s->n, epoch, s->vote, s->suspect, &s->ag);
     if (status != CHORUS_SUCCESS) return status;
     for (int p = 0; p < s->n; p++) {
         if (s->peers[p].dead) chorus__agree_on_dead(s->ag, p);
@@ -527,7 +595,21 @@ static chorus_status_t sk_agree(shrink_t *s)
 
 /* ---- forming the new communicator ---- */
 
-/* The watcher: a survivor that dies, or a peer in a newer epoch, stops the formation. */
+/* Whether a frame seen while this rank forms the communicator of its epoch means that the
+ * next decision cannot keep it: a peer already in the next epoch that did not form it (or a
+ * decision of that epoch, taken without this rank's vote), or a peer further on. */
+static int sk_gives_up(const shrink_t *s, const uint8_t *f, size_t len)
+{
+    uint32_t epoch, vote;
+
+    if (f[0] != SK_FRAME_AGREE || len < 1 + CHORUS_AGREE_HEADER_BYTES) return 0;
+    epoch = get32(f + 1 + CHORUS_AGREE_EPOCH_AT);
+    vote = get32(f + 1 + CHORUS_AGREE_VOTE_AT);
+    if (epoch <= s->epoch) return 0;
+    return epoch > s->epoch + 1 || f[1 + 4] != CHORUS_AGREE_MSG_STATE || vote != s->epoch;
+}
+
+/* The watcher: a survivor that dies, or a peer that gave up on this formation, stops it. */
 static void *sk_watch(void *arg)
 {
     shrink_t *s = arg;
@@ -541,7 +623,7 @@ static void *sk_watch(void *arg)
         sk_accept(s);
         for (int p = 0; p < s->n; p++) {
             sk_peer_t *pp = &s->peers[p];
-            if (pp->dead || pp->formed) continue;
+            if (pp->dead) continue;
             if (pp->out_fd >= 0 && pp->out_state == SK_READY) {
                 pfds[nf] = (struct pollfd){.fd = pp->out_fd, .events = POLLIN};
                 who[nf++] = p;
@@ -558,19 +640,19 @@ static void *sk_watch(void *arg)
             size_t off = 0, len = 0;
             const uint8_t *f;
             int ended;
-            if (pfds[i].revents == 0) continue;
+            if (pfds[i].revents == 0 || pp->dead) continue;
             ended = sk_read(pp, k) != 0;
+            /* The frames stay in the buffer: the main thread reads them in the next epoch. */
             while ((f = sk_frame_at(pp, k, off, sk_frame_max(s), &len)) != NULL &&
                    f != pp->rbuf[k] + off) {
                 off += 4 + len;
-                if (f[0] == SK_FRAME_FORMED) pp->formed = 1;
-                /* A peer in a newer epoch gave up on this formation. */
-                if (f[0] == SK_FRAME_AGREE && len >= 1 + 12 && get32(f + 1 + 8) > s->epoch) {
-                    if (get32(f + 1 + 8) > s->seen_epoch) s->seen_epoch = get32(f + 1 + 8);
+                if (sk_gives_up(s, f, len)) {
+                    uint32_t epoch = get32(f + 1 + CHORUS_AGREE_EPOCH_AT);
+                    if (epoch > s->seen_epoch) s->seen_epoch = epoch;
                     chorus__stop_request(&s->stop);
                 }
             }
-            if (ended && !pp->formed && !dead[p]) {
+            if (ended && !dead[p]) {
                 CHORUS_INFO("shrink", "rank %d: survivor %d went while the new comm formed",
                             s->me, p);
                 chorus__stop_request(&s->stop);
@@ -598,6 +680,11 @@ static chorus_status_t sk_form(shrink_t *s, chorus_comm_t *newcomm_p)
     memcpy(&id, blob, sizeof id);
     for (int p = 0; p < s->n; p++) {
         if (dead[p]) continue;
+        /* It died after the decision: the rendezvous would wait for it to the deadline
+         * (and the watcher, which watches the living, would not stop it). */
+        if (s->peers[p].dead || s->peers[p].refused_ns != 0)
+            return chorus__error(CHORUS_ERR_ABORTED, "rank %d: comm_shrink: epoch %u: rank %d "
+                                 "died after the decision that keeps it", s->me, s->epoch, p);
         if (p < s->me) newrank++;
         newsize++;
     }
@@ -624,17 +711,47 @@ static chorus_status_t sk_form(shrink_t *s, chorus_comm_t *newcomm_p)
     return status;
 }
 
-/* Tells the survivors that this rank's new communicator formed, so that its closing
- * connections do not look like a death to those still forming. */
-static void sk_say_formed(shrink_t *s)
+/* For tests/fault/test_fault_shrink.sh: CHORUS_TEST_DIE_AFTER_FORM=R kills rank R of the
+ * shrinking communicator the moment its first formation succeeded, before the other ranks
+ * may have finished theirs: the death that makes a formation complete on some ranks only. */
+static void sk_test_die_after_form(const shrink_t *s)
 {
-    uint8_t ep[4];
+    static int fired;
 
-    put32(ep, s->epoch);
-    for (int p = 0; p < s->n; p++) {
-        if (s->peers[p].dead) continue;
-        sk_queue_frame(s, p, SK_FRAME_FORMED, ep, sizeof ep);
-        if (s->peers[p].out_state == SK_READY || s->peers[p].in_fd >= 0) sk_flush_peer(s, p);
+    if (!fired && s->epoch == 0 && chorus__config_int("CHORUS_TEST_DIE_AFTER_FORM", -1) == s->me)
+        raise(SIGKILL);
+    fired = 1;
+}
+
+/* Destroys the communicator this rank formed: the decision did not keep it. */
+static void sk_drop_held(shrink_t *s)
+{
+    char why[256];
+
+    if (s->held == NULL) return;
+    /* revoke and destroy clear the thread's error: an error being returned keeps its words */
+    snprintf(why, sizeof why, "%s", chorus_last_error());
+    (void)chorus_comm_revoke(s->held);
+    (void)chorus_comm_destroy(s->held);
+    chorus__error_restore(why);
+    chorus__log_set_rank(s->me);
+    s->held = NULL;
+    s->vote = CHORUS_AGREE_NO_VOTE;
+}
+
+/* Before returning with the decision: every survivor gets it (chorus__agree_leave), each
+ * send done or its peer gone, within SK_AUTH_S. */
+static void sk_leave(shrink_t *s)
+{
+    uint64_t until = chorus__deadline_after(SK_AUTH_S);
+
+    chorus__agree_leave(s->ag);
+    if (sk_send_queued(s) != CHORUS_SUCCESS) return;
+    for (;;) {
+        int pending = 0;
+        for (int p = 0; p < s->n; p++) pending |= !s->peers[p].dead && s->peers[p].plen > 0;
+        if (!pending || chorus__deadline_passed(until)) return;
+        sk_poll(s, SK_POLL_MS);
     }
 }
 
@@ -672,6 +789,8 @@ static void sk_free(shrink_t *s)
         free(s->peers[p].pend);
     }
     free(s->peers);
+    sk_drop_held(s);
+    free(s->held_dead);
     free(s->suspect);
     free(s->msg);
     free(s->pfds);
@@ -742,18 +861,38 @@ chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_co
     s.msg = malloc(chorus__agree_msg_max(s.n));
     s.pfds = calloc((size_t)s.n * 2, sizeof *s.pfds);
     s.who = calloc((size_t)s.n * 2, sizeof *s.who);
+    s.held_dead = calloc((size_t)s.n, 1);
     if (s.peers == NULL || s.suspect == NULL || s.msg == NULL || s.acc == NULL ||
-        s.pfds == NULL || s.who == NULL) {
+        s.pfds == NULL || s.who == NULL || s.held_dead == NULL) {
         status = chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: comm_shrink: %d ranks", s.me, s.n);
         goto out;
     }
     for (int p = 0; p < s.n; p++) s.peers[p].out_fd = s.peers[p].in_fd = -1;
+    s.vote = CHORUS_AGREE_NO_VOTE;
     CHORUS_CHECK_GOTO(sk_acceptor_start(&s), out);
     CHORUS_CHECK_GOTO(sk_start_epoch(&s, 0), out);
     for (;;) {
+        const uint8_t *dead;
+        const void *blob;
+        size_t blob_len;
+        uint32_t kept;
         int left = 0;
+
         CHORUS_CHECK_GOTO(sk_agree(&s), out);
-        for (int p = 0; p < s.n; p++) left += !chorus__agree_dead(s.ag)[p];
+        dead = chorus__agree_dead(s.ag);
+        blob = chorus__agree_blob(s.ag, &blob_len);
+        if (sk_is_keep(blob, blob_len, &kept)) {
+            if (s.held == NULL || kept != s.vote) { /* every survivor voted for it: not us? */
+                status = chorus__error(CHORUS_ERR_REMOTE,
+                                       "rank %d: comm_shrink: epoch %u: the decision keeps the "
+                                       "communicator of epoch %u, which this rank does not hold",
+                                       s.me, s.epoch, kept);
+                goto out;
+            }
+            break;
+        }
+        sk_drop_held(&s); /* a new id: what was formed is not kept */
+        for (int p = 0; p < s.n; p++) left += !dead[p];
         /* Alone out of several: every other rank refused us, which is also what a rank sees
          * when the others shrank without it and destroyed the old comm (it was believed
          * dead). Going on alone could be half of a split job: refused. */
@@ -766,21 +905,30 @@ chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_co
             goto out;
         }
         status = sk_form(&s, &newcomm);
-        if (status == CHORUS_SUCCESS) break;
-        if (chorus__deadline_passed(s.deadline_ns)) {
-            chorus__error_context(status, "rank %d: comm_shrink: epoch %u: forming the new "
-                                  "communicator", s.me, s.epoch);
-            goto out;
+        if (status == CHORUS_SUCCESS) {
+            sk_test_die_after_form(&s);
+            s.held = newcomm;
+            newcomm = NULL;
+            s.vote = s.epoch;
+            memcpy(s.held_dead, dead, (size_t)s.n);
+        } else {
+            if (chorus__deadline_passed(s.deadline_ns)) {
+                chorus__error_context(status, "rank %d: comm_shrink: epoch %u: forming the new "
+                                      "communicator", s.me, s.epoch);
+                goto out;
+            }
+            CHORUS_INFO("shrink", "rank %d: epoch %u did not form (%s); next epoch", s.me,
+                        s.epoch, chorus_last_error());
         }
-        CHORUS_INFO("shrink", "rank %d: epoch %u did not form (%s); next epoch", s.me, s.epoch,
-                    chorus_last_error());
         CHORUS_CHECK_GOTO(sk_start_epoch(&s, s.seen_epoch > s.epoch ? s.seen_epoch : s.epoch + 1),
                           out);
         for (int p = 0; p < s.n; p++) {
             for (int k = 0; k < 2; k++) sk_dispatch(&s, p, k);
         }
     }
-    sk_say_formed(&s);
+    sk_leave(&s);
+    newcomm = s.held;
+    s.held = NULL;
     comm->lost = malloc((size_t)s.n);
     if (comm->lost != NULL) memcpy(comm->lost, chorus__agree_dead(s.ag), (size_t)s.n);
     {
@@ -794,6 +942,9 @@ chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_co
     status = CHORUS_SUCCESS;
 out:
     sk_free(&s);
+    /* Nothing more comes through this comm's listener: a survivor still in its shrink that
+     * tries to reach this rank is refused at once (and has the decision already). */
+    if (status == CHORUS_SUCCESS) chorus__bootstrap_close_listener(comm->bs);
     return status;
 }
 

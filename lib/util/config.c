@@ -99,6 +99,9 @@ static const chorus_config_entry_t config_table[] = {
      * which costs about what copying it twice does below that size; see ib_tp.c. */
     {"CHORUS_IB_ZCOPY_MIN", CHORUS_CFG_SIZE, "1M",
      "ib: host messages of at least this many bytes go zero-copy by rendezvous (0: never)"},
+    /* Fault injection for tests/fault (a rank that dies at an instant no timer can hit). */
+    {"CHORUS_TEST_DIE_AFTER_FORM", CHORUS_CFG_INT, "-1",
+     "tests only: rank R of a shrinking comm exits the moment its first new comm formed"},
 };
 
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))

@@ -74,6 +74,11 @@ void chorus__error_clear(void)
     error_msg[0] = '\0';
 }
 
+void chorus__error_restore(const char *msg)
+{
+    snprintf(error_msg, sizeof(error_msg), "%s", msg);
+}
+
 static chorus_status_t record(chorus_status_t status, int err, const char *fmt, va_list ap)
 {
     int n = vsnprintf(error_msg, sizeof(error_msg), fmt, ap);

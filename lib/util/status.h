@@ -32,6 +32,9 @@ chorus_status_t chorus__error_context(chorus_status_t status, const char *fmt, .
 
 /* Clears this thread's detail message (public entry points do this on entry). */
 void chorus__error_clear(void);
+/* Puts back a message saved from chorus_last_error (after calls that cleared it), without
+ * logging it a second time. */
+void chorus__error_restore(const char *msg);
 
 /* The one macro for error flow: evaluates expr into the local `status` and jumps to the
  * named label when it is not CHORUS_SUCCESS. It never hides a return. */

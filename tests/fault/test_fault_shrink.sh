@@ -3,7 +3,10 @@
 # allreduces (examples/elastic.c); the 7 survivors must detect it, shrink, and complete 100
 # more allreduces with correct sums, the first of them within 2 s of the kill. Then the same
 # with a second rank that kills itself while the shrink is in progress (0-39 ms after it
-# begins its own): the 6 must agree on who is left, and none may hang. Each scenario
+# begins its own): the 6 must agree on who is left, and none may hang. Then with a second
+# rank that dies the moment its new communicator formed, before the others' formation may
+# have ended (CHORUS_TEST_DIE_AFTER_FORM, lib/core/shrink.c): the formation completes on some
+# ranks and not on others, and the 6 must still end in one communicator. Each scenario
 # SHRINK_RUNS times (default 10) with a different victim and moment, over shm (8 ranks on
 # this host, chorusrun --on-failure continue) and over tcp (4 emulated hosts x 2, network
 # namespaces; one "PART-SKIP tcp-...: skipped: <reason>" line per scenario where they
@@ -55,25 +58,34 @@ check_run() {
     echo "$worst" >>"$TIMES"
 }
 
-# plan K SECOND: the victim of run K, and with SECOND=1 the rank that dies in its shrink
-# and when (ms); sets victim, second, ms, extra (elastic's option), want (ranks left).
+# plan K SECOND: the victim of run K; with SECOND=1 the rank that dies in its shrink and
+# when (ms), with SECOND=2 the rank that dies when its formation succeeded; sets victim,
+# second, extra (elastic's option), die_formed (the environment's), what (for the label),
+# want (ranks left).
 plan() {
     k=$1 with_second=$2
     victim=$(((k * 3 + 5) % 8))
-    second=-1 extra="" want=7
+    second=-1 extra="" die_formed=-1 what="" want=7
     if [ "$with_second" -eq 1 ]; then
         second=$(((victim + 3) % 8)) ms=$(((k * 7) % 40)) want=6
         extra="--die-in-shrink $second:$ms"
+        what=", $second dies ${ms}ms into its shrink"
+    elif [ "$with_second" -eq 2 ]; then
+        second=$(((victim + 2 + k) % 8)) want=6
+        [ "$second" -eq "$victim" ] && second=$(((second + 1) % 8))
+        # its rank in the shrinking communicator, which is the first one
+        die_formed=$second
+        what=", $second dies when its new comm formed"
     fi
 }
 
 # shm_run K SECOND: run K of the shm scenario; SECOND=1 adds the death during the shrink.
 shm_run() {
     plan "$1" "$2"
-    label="shm run $k (kill $victim${extra:+, $second dies ${ms}ms into its shrink})"
+    label="shm run $k (kill $victim$what)"
     rm -f "$TMP"/*.pid
     # shellcheck disable=SC2086
-    env CHORUS_TIMEOUT=60 "$RUN" -n 8 --on-failure continue --timeout 120 -- "$PROG" \
+    env CHORUS_TIMEOUT=60 CHORUS_TEST_DIE_AFTER_FORM=$die_formed "$RUN" -n 8 --on-failure continue --timeout 120 -- "$PROG" \
         --steps "$STEPS" --count "$COUNT" --pid-dir "$TMP" $extra >"$LOG" 2>&1 &
     RUNPID=$!
     if ! wait_pids "$TMP" 8 60; then
@@ -88,18 +100,18 @@ shm_run() {
     rc=$?
     RUNPID=""
     [ "$rc" -eq 0 ] || fail "$label: chorusrun exit $rc"
-    check_run "$label" "$victim" "$second" "$want" "$t_kill" $([ "$with_second" -eq 1 ] && echo 0 || echo 2)
+    check_run "$label" "$victim" "$second" "$want" "$t_kill" $([ "$with_second" -ne 0 ] && echo 0 || echo 2)
     [ "$FAILED" -eq 0 ] || { tail -n 40 "$LOG"; exit 1; }
 }
 
 # tcp_run K SECOND: the same on 4 emulated hosts x 2 ranks, every peer over tcp.
 tcp_run() {
     plan "$1" "$2"
-    label="tcp run $k (kill $victim${extra:+, $second dies ${ms}ms into its shrink})"
+    label="tcp run $k (kill $victim$what)"
     rm -f "$TMP"/*.pid
     PREFIX="cfs$$"
     # shellcheck disable=SC2086
-    CHORUS_TRANSPORT=tcp CHORUS_TIMEOUT=60 cluster_start "$TMP" "$PREFIX" --steps "$STEPS" \
+    CHORUS_TRANSPORT=tcp CHORUS_TIMEOUT=60 CHORUS_TEST_DIE_AFTER_FORM=$die_formed cluster_start "$TMP" "$PREFIX" --steps "$STEPS" \
         --count "$COUNT" $extra
     sleep 0.2
     t_kill=$(now)
@@ -108,16 +120,17 @@ tcp_run() {
     rc=$?
     CLUSTER_PID=""
     [ "$rc" -eq 0 ] || fail "$label: cluster exit $rc"
-    check_run "$label" "$victim" "$second" "$want" "$t_kill" $([ "$with_second" -eq 1 ] && echo 0 || echo 2)
+    check_run "$label" "$victim" "$second" "$want" "$t_kill" $([ "$with_second" -ne 0 ] && echo 0 || echo 2)
     [ "$FAILED" -eq 0 ] || { tail -n 40 "$LOG"; exit 1; }
 }
 
 for k in $(seq 1 "$RUNS"); do shm_run "$k" 0; done
 for k in $(seq 1 "$RUNS"); do shm_run "$k" 1; done
+for k in $(seq 1 "$RUNS"); do shm_run "$k" 2; done
 # cluster_start exits 77 where namespaces cannot be made: the tcp part runs in a subshell,
 # and each scenario it could not run is a skip of its own, with cluster.sh's reason.
-for twice in 0 1; do
-    part=$([ "$twice" -eq 1 ] && echo tcp-two-deaths || echo tcp-one-death)
+for twice in 0 1 2; do
+    part=$(echo "tcp-one-death tcp-two-deaths tcp-death-after-forming" | cut -d' ' -f$((twice + 1)))
     (for k in $(seq 1 "$RUNS"); do tcp_run "$k" "$twice"; done)
     rc=$?
     if [ "$rc" -eq 77 ]; then
@@ -129,4 +142,4 @@ for twice in 0 1; do
     TCP_RAN=$((TCP_RAN + 1))
 done
 echo "shrink: slowest recovery over $(wc -l <"$TIMES") runs: $(sort -n "$TIMES" | tail -n 1) s"
-echo "shrink: $((2 * RUNS)) runs over shm and $((TCP_RAN * RUNS)) over tcp passed"
+echo "shrink: $((3 * RUNS)) runs over shm and $((TCP_RAN * RUNS)) over tcp passed"

@@ -9,6 +9,11 @@
  * a test suspects a live rank on purpose, that rank excluded and told so): never two
  * decisions, never a survivor still waiting.
  *
+ * Each sweep runs twice: with decided ranks that stay (and answer), and with decided ranks
+ * that return at once (chorus__agree_leave, then their connections end), as chorus_comm_shrink
+ * does with its last decision. A rank that left is alive: to take it for dead and decide
+ * without it is the split the second mode looks for.
+ *
  * The communicator's virtual transport is not used: it is built for schedules (a send
  * completes only when the matching receive is posted), while the agreement's messages are
  * unsolicited and its failure detector is the end of a connection, which this network
@@ -45,7 +50,9 @@ typedef struct {
     chorus_agree_t *ag[MAX_RANKS];
     int alive[MAX_RANKS];
     int started[MAX_RANKS];
-    int gone[MAX_RANKS]; /* killed, or left after its exclusion */
+    int gone[MAX_RANKS]; /* killed, or left after its exclusion or decision */
+    int left[MAX_RANKS]; /* returned with its decision: alive, but its connections end */
+    int leave;           /* decided ranks return at once */
     int linked[MAX_RANKS][MAX_RANKS];
     int sends[MAX_RANKS];
     int victim, victim_at; /* kill victim before its victim_at-th send (-1: nobody) */
@@ -54,7 +61,7 @@ typedef struct {
     item_t *items;
     int nitems;
     int steps;
-    int trace; /* AGREE_TRACE="n seed victim at dead" prints that run's deliveries */
+    int trace; /* AGREE_TRACE="n seed victim at dead leave" prints that run's deliveries */
 } sim_t;
 
 static uint64_t next_rand(sim_t *s)
@@ -118,8 +125,19 @@ static void flush(sim_t *s, int r)
         memcpy(it->bytes, buf, len);
         it->len = len;
     }
-    /* An excluded rank returns from the call and closes its connections. */
+    /* An excluded rank returns from the call and closes its connections; so does a decided
+     * one in the leave mode, once it sent its decision to every survivor. */
     if (s->alive[r] && chorus__agree_state(s->ag[r]) == CHORUS_AGREE_EXCLUDED) kill_rank(s, r);
+    if (s->leave && s->alive[r] && !s->left[r] &&
+        chorus__agree_state(s->ag[r]) == CHORUS_AGREE_DECIDED) {
+        s->left[r] = 1;
+        chorus__agree_leave(s->ag[r]);
+        flush(s, r);
+        if (s->alive[r]) { /* not killed while it sent them */
+            kill_rank(s, r);
+            s->alive[r] = 1;
+        }
+    }
 }
 
 /* Index of the item to deliver: a random one, but the oldest of its connection (TCP's
@@ -151,9 +169,10 @@ static void deliver(sim_t *s, int i)
         fprintf(stderr, "  %s %d -> %d (type %d)%s\n",
                 it.kind == ITEM_START ? "start" : it.kind == ITEM_DEAD ? "dead" : "msg", it.from,
                 r, it.kind == ITEM_MSG ? it.bytes[4] : 0, s->alive[r] ? "" : " (to the dead)");
-    if (!s->alive[r]) return;
+    if (!s->alive[r] || s->gone[r]) return;
     if (it.kind == ITEM_START) {
-        assert_int_equal(chorus__agree_create(r, s->n, 7, s->initial[r], &s->ag[r]),
+        assert_int_equal(chorus__agree_create(r, s->n, 7, CHORUS_AGREE_NO_VOTE, s->initial[r],
+                                              &s->ag[r]),
                          CHORUS_SUCCESS);
         s->started[r] = 1;
     } else if (it.kind == ITEM_DEAD) {
@@ -168,6 +187,7 @@ static void deliver(sim_t *s, int i)
 /* Runs one job to quiescence; returns the number of deliveries. */
 static void run(sim_t *s, int n, uint64_t seed, int victim, int victim_at, int dead_from_start)
 {
+    memset(s->left, 0, sizeof s->left);
     memset(s->ag, 0, sizeof s->ag);
     s->n = n;
     s->rng = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -179,8 +199,8 @@ static void run(sim_t *s, int n, uint64_t seed, int victim, int victim_at, int d
     {
         char want[64];
         const char *t = getenv("AGREE_TRACE");
-        snprintf(want, sizeof want, "%d %llu %d %d %d", n, (unsigned long long)seed, victim,
-                 victim_at, dead_from_start);
+        snprintf(want, sizeof want, "%d %llu %d %d %d %d", n, (unsigned long long)seed, victim,
+                 victim_at, dead_from_start, s->leave);
         s->trace = t != NULL && strcmp(t, want) == 0;
     }
     memset(s->linked, 0, sizeof s->linked);
@@ -274,19 +294,22 @@ static void sweep(int n, int dead_from_start, int seeds)
 
     if (more != NULL && atoi(more) > seeds) seeds = atoi(more);
 
-    for (uint64_t seed = 1; seed <= (uint64_t)seeds; seed++) {
+    for (uint64_t seed = 1; seed <= (uint64_t)seeds * 2; seed++) {
         int base[MAX_RANKS];
-        set_initial(s, n, dead_from_start, seed);
-        run(s, n, seed, -1, -1, dead_from_start);
-        snprintf(label, sizeof label, "n=%d seed=%llu no death", n, (unsigned long long)seed);
+        s->leave = (int)(seed & 1);
+        set_initial(s, n, dead_from_start, (seed + 1) / 2);
+        run(s, n, (seed + 1) / 2, -1, -1, dead_from_start);
+        snprintf(label, sizeof label, "n=%d seed=%llu leave=%d no death", n,
+                 (unsigned long long)(seed + 1) / 2, s->leave);
         memcpy(base, s->sends, sizeof base);
         check(s, -1, label);
         for (int v = 0; v < n; v++) {
             if (v == dead_from_start) continue;
             for (int k = 0; k <= base[v]; k++) {
-                run(s, n, seed, v, k, dead_from_start);
-                snprintf(label, sizeof label, "n=%d seed=%llu dead=%d: rank %d killed before "
-                         "message %d", n, (unsigned long long)seed, dead_from_start, v, k);
+                run(s, n, (seed + 1) / 2, v, k, dead_from_start);
+                snprintf(label, sizeof label, "n=%d seed=%llu leave=%d dead=%d: rank %d killed "
+                         "before message %d", n, (unsigned long long)(seed + 1) / 2, s->leave,
+                         dead_from_start, v, k);
                 check(s, -1, label);
                 runs++;
             }
@@ -350,8 +373,8 @@ static void test_malformed_refused(void **state)
     int to;
 
     (void)state;
-    assert_int_equal(chorus__agree_create(0, 3, 1, NULL, &a), CHORUS_SUCCESS);
-    assert_int_equal(chorus__agree_create(1, 3, 1, NULL, &b), CHORUS_SUCCESS);
+    assert_int_equal(chorus__agree_create(0, 3, 1, 5, NULL, &a), CHORUS_SUCCESS);
+    assert_int_equal(chorus__agree_create(1, 3, 1, 5, NULL, &b), CHORUS_SUCCESS);
     assert_true(chorus__agree_next_out(b, &to, buf, &len)); /* b's state, to its target 0 */
     assert_int_equal(to, 0);
 
@@ -385,6 +408,8 @@ static void test_malformed_refused(void **state)
     assert_int_equal(chorus__agree_state(a), CHORUS_AGREE_DECIDED);
     assert_true(chorus__agree_decided_here(a));
     assert_int_equal(chorus__agree_dead(a)[2], 1);
+    assert_true(chorus__agree_unanimous(a, 5)); /* both survivors voted 5 */
+    assert_false(chorus__agree_unanimous(a, 4));
     chorus__agree_destroy(a);
     chorus__agree_destroy(b);
 }
