@@ -216,6 +216,41 @@ chorus_status_t chorus_comm_abort(chorus_comm_t comm);
  * CHORUS_SUCCESS. May be called from any thread. */
 chorus_status_t chorus_comm_get_async_error(chorus_comm_t comm, chorus_status_t *async_error_p);
 
+/* ---- Registered memory ----
+ * Memory that every rank on a host can read with plain loads, so that collectives on it
+ * copy each byte once: a rank reads its peers' data straight from their buffers instead of
+ * through the shared arena (broadcast, allgather, alltoall, reduce_scatter, allreduce, on a
+ * communicator whose ranks share one host). Any part of it may be a send or receive
+ * buffer, in place or not, and a call may mix ranks whose buffers are registered with ranks
+ * whose buffers are not: each peer's data is read from wherever it is. Buffers outside it
+ * take the usual paths.
+ *
+ * A collective on registered buffers returns only once every peer has finished reading
+ * this rank's buffer, so the caller may overwrite it at once, as after any call.
+ * If a rank dies while its peers read its buffer, they read valid memory (the mapping
+ * outlives the process) and their call fails with the usual error naming it. */
+
+/* Collective over comm: every rank calls it with the same bytes (> 0), in the same order as
+ * its other chorus_mem_alloc calls on comm, and gets its own buffer of that size, aligned to
+ * 4096 bytes and mapped by its peers on the host. Ranks that ask different sizes get
+ * CHORUS_ERR_MISMATCH. On a communicator that spans hosts (or with CHORUS_ARENA=0) the
+ * memory is this rank's alone and collectives on it take the usual paths. */
+chorus_status_t chorus_mem_alloc(chorus_comm_t comm, size_t bytes, void **ptr_p);
+
+/* Collective: every rank frees its buffer of the same chorus_mem_alloc. A pointer that
+ * chorus_mem_alloc did not return on comm, a second free, or a free while a nonblocking
+ * call uses the buffer is CHORUS_ERR_INVALID_ARGUMENT. chorus_comm_destroy frees what is
+ * left. */
+chorus_status_t chorus_mem_free(chorus_comm_t comm, void *ptr);
+
+/* Since comm was made, on this rank: how many collectives read every peer's data straight
+ * from its registered buffer (no copy through the shared arena), and how many bytes this
+ * rank read from its peers' registered buffers (in those calls and in calls where only some
+ * peers' buffers were registered). Local. For benchmarks and tests: it shows which path a
+ * call took. Either pointer may be NULL. */
+chorus_status_t chorus_mem_stats(chorus_comm_t comm, uint64_t *single_copy_calls_p,
+                                 uint64_t *window_bytes_p);
+
 /* ---- Recovery ----
  * When a rank dies, the survivors' calls on the comm fail (CHORUS_ERR_REMOTE, naming it).
  * They can then go on with the ranks that are left: each calls chorus_comm_shrink, gets a

@@ -365,6 +365,18 @@ run_mp() {
     done
     # Single copy between processes (arena_cma.c, off by default) on every collective.
     matrix 4 shm arena CHORUS_ARENA_CMA=1 CHORUS_ARENA_CMA_MIN=64 -- --large 100003
+    # Registered memory (issue 38): every rank's buffers in a chorus_mem_alloc window, then
+    # only odd or even ranks' (a call mixing both, through small chunks), with the peers'
+    # data read in place; then the API's error cases.
+    matrix 4 shm arena -- --registered all --large 400003
+    matrix 3 shm arena CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 -- --registered odd \
+        --large 100003
+    full && matrix 8 shm arena -- --registered even --large 400003
+    full && matrix 8 shm arena CHORUS_WIN_ONESHOT_MAX=0 -- --registered all --large 400003
+    for n in 1 3; do
+        run_test "mp/mem_errors n=$n" env CHORUS_TIMEOUT=20 "$CHORUSRUN" -n "$n" --timeout 60 \
+            -- "$BUILD/tests/mp_mem_errors"
+    done
     # Rooted calls back to back: the ranks that read nothing run ahead of the readers.
     for n in 2 3 $(full && echo 8); do
         run_test "mp/arena_runahead n=$n" env CHORUS_ALGO=arena CHORUS_TIMEOUT=20 \

@@ -330,6 +330,9 @@ chorus_status_t chorus__arena_allreduce(chorus_arena_t *arena, const void *sendb
     arena->opno++;
     if (bytes <= arena->flat_slot)
         return arena_flat(arena, sendbuf, recvbuf, count, dtype, op, bytes, what);
+    if (arena->nwins > 0 &&
+        arena__direct_allreduce(arena, sendbuf, recvbuf, count, dtype, op, what, &status))
+        return status;
     return arena_staged(arena, sendbuf, recvbuf, count, dtype, op, esize, what);
 }
 
@@ -340,6 +343,12 @@ int chorus__arena_supports(const chorus_arena_t *arena, chorus_coll_t coll)
     if (coll == CHORUS_COLL_ALLTOALLV)
         return ((size_t)arena->n * 2 + 1) * sizeof(uint64_t) <= arena->flat_slot;
     return coll != CHORUS_COLL_SENDRECV && (unsigned)coll < CHORUS_NUM_COLLS;
+}
+
+void chorus__arena_win_stats(const chorus_arena_t *arena, uint64_t *calls_p, uint64_t *bytes_p)
+{
+    *calls_p = arena != NULL ? arena->win_calls : 0;
+    *bytes_p = arena != NULL ? arena->win_bytes : 0;
 }
 
 size_t chorus__arena_flat_max(const chorus_arena_t *arena)

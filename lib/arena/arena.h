@@ -107,6 +107,22 @@ typedef struct {
  * root or datatype all fail with CHORUS_ERR_MISMATCH. */
 chorus_status_t chorus__arena_v(chorus_arena_t *arena, const chorus_arena_v_args_t *args);
 
+/* ---- arena_win.c: registered windows (issue 38) ---- */
+struct chorus_bootstrap;
+/* Collective over the comm: a window of bytes on every rank, mapped by every local peer;
+ * *ptr_p is this rank's. Ranks asking different sizes get CHORUS_ERR_MISMATCH. */
+chorus_status_t chorus__arena_win_alloc(chorus_arena_t *arena, struct chorus_bootstrap *bs,
+                                        const uint8_t *secret, uint64_t comm_id, size_t bytes,
+                                        void **ptr_p);
+/* Collective: every rank frees its own pointer of the same window. */
+chorus_status_t chorus__arena_win_free(chorus_arena_t *arena, struct chorus_bootstrap *bs,
+                                       void *ptr);
+/* The index of the window ptr starts, or -1. */
+int chorus__arena_win_index(const chorus_arena_t *arena, const void *ptr);
+/* Collectives that read every peer's data straight from its window, and the bytes read
+ * from windows, since the arena was made (0, 0 without an arena). */
+void chorus__arena_win_stats(const chorus_arena_t *arena, uint64_t *calls_p, uint64_t *bytes_p);
+
 /* Bytes below which allreduce takes the flat path (for the tuner's model). */
 size_t chorus__arena_flat_max(const chorus_arena_t *arena);
 /* Bytes of one pipeline chunk of the staged path (for the tuner's model). */

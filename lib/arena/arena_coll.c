@@ -32,6 +32,7 @@
 #include "kernels.h"
 #include "util/status.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,10 @@ typedef struct {
     chorus_dtype_t dtype;
     chorus_op_t op;
     uint64_t g0;    /* the arena's chunk counter before the operation */
+    int offered;    /* registered windows: my buffer lies in one and my peers read it there */
+    int any_win;    /* some rank of the operation offered its buffer (then every rank
+                     * publishes one more step at the end, which offerers wait for) */
+    int use_wsrc;   /* a->wsrc holds this operation's peers' buffers (move_resolve) */
     const char *what;
 } arena_move_t;
 
@@ -93,11 +98,27 @@ static void move_copy(const arena_move_t *m, void *dst, const void *src, size_t 
     else memcpy(dst, src, bytes);
 }
 
+/* Where rank r's part `part` of chunk i is: in its registered buffer when it offered one
+ * (a->wsrc), else in its slot. */
+static const uint8_t *move_src(const chorus_arena_t *a, const arena_move_t *m, int r, size_t i,
+                               size_t part)
+{
+    if (m->use_wsrc && a->wsrc[r] != NULL)
+        return a->wsrc[r] + (m->parts > 1 ? move_buf_off(m, part, i * m->ce) : i * m->ce * m->esize);
+    return move_slot(a, m, r, i) + move_slot_off(m, m->parts > 1 ? part : 0);
+}
+
 /* My parts' slice i into my slot. */
 static void move_write(chorus_arena_t *a, const arena_move_t *m, size_t i)
 {
     size_t off = i * m->ce, bytes = move_len(m, i) * m->esize;
     uint8_t *slot = move_slot(a, m, a->me, i);
+
+    if (m->offered) { /* my peers read my buffer itself: only the root's own copy is left */
+        if (m->coll == CHORUS_COLL_BROADCAST && m->send != m->recv)
+            move_copy(m, m->recv + off * m->esize, m->send + off * m->esize, bytes);
+        return;
+    }
 
     switch (m->coll) {
     case CHORUS_COLL_REDUCE:
@@ -136,12 +157,12 @@ static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_
             move_copy(m, m->recv + move_buf_off(m, me, off), m->send + off * m->esize, bytes);
         for (int k = 1; k < a->n; k++) {
             int r = move_peer(a, k);
-            move_copy(m, m->recv + move_buf_off(m, (size_t)r, off), move_slot(a, m, r, i),
+            move_copy(m, m->recv + move_buf_off(m, (size_t)r, off), move_src(a, m, r, i, 0),
                       bytes);
         }
         return CHORUS_SUCCESS;
     case CHORUS_COLL_BROADCAST:
-        move_copy(m, m->recv + off * m->esize, move_slot(a, m, m->root, i), bytes);
+        move_copy(m, m->recv + off * m->esize, move_src(a, m, m->root, i, 0), bytes);
         return CHORUS_SUCCESS;
     case CHORUS_COLL_ALLTOALL:
         if (m->send != m->recv)
@@ -149,14 +170,13 @@ static chorus_status_t move_read(chorus_arena_t *a, const arena_move_t *m, size_
                       bytes);
         for (int k = 1; k < a->n; k++) {
             int r = move_peer(a, k);
-            move_copy(m, m->recv + move_buf_off(m, (size_t)r, off),
-                      move_slot(a, m, r, i) + move_slot_off(m, me), bytes);
+            move_copy(m, m->recv + move_buf_off(m, (size_t)r, off), move_src(a, m, r, i, me),
+                      bytes);
         }
         return CHORUS_SUCCESS;
     case CHORUS_COLL_REDUCE: /* the root: every rank's part 0, mine from sendbuf */
     case CHORUS_COLL_REDUCE_SCATTER:
-        for (int r = 0; r < a->n; r++)
-            a->srcs[r] = move_slot(a, m, r, i) + move_slot_off(m, m->parts > 1 ? me : 0);
+        for (int r = 0; r < a->n; r++) a->srcs[r] = move_src(a, m, r, i, m->parts > 1 ? me : 0);
         if (!m->own_in_slot)
             a->srcs[me] = m->send + (m->parts > 1 ? move_buf_off(m, me, off) : off * m->esize);
         status = arena__reduce(a, m->recv + off * m->esize, len, m->dtype, m->op);
@@ -245,6 +265,75 @@ static chorus_status_t move_cma(chorus_arena_t *a, const arena_move_t *m, uint64
     return arena__wait_all(a, s0 + 2, m->what);
 }
 
+/* Registered windows (arena_win.c). Whether m may read peers' buffers in their windows:
+ * decided from the signature alone, like the single-copy path, so that every rank of a
+ * matching call takes the same steps; whether each peer offered its buffer is its own
+ * affair, read with its first step. */
+static int move_may_win(const chorus_arena_t *a, const arena_move_t *m)
+{
+    if (a->nwins == 0 || m->where == ARENA_MOVE_INLINE) return 0;
+    return m->coll == CHORUS_COLL_ALLGATHER || m->coll == CHORUS_COLL_BROADCAST ||
+           m->coll == CHORUS_COLL_ALLTOALL || m->coll == CHORUS_COLL_REDUCE_SCATTER;
+}
+
+/* Writes into my control line which window (if any) holds the buffer my peers read from
+ * me; published with the first step. Not in place for alltoall (my own reads overwrite
+ * it) nor where my own part must go through my slot (in-place reduce_scatter). */
+static void move_offer(chorus_arena_t *a, arena_move_t *m)
+{
+    size_t bytes = m->count * m->esize * m->parts;
+    uint64_t v;
+
+    if (m->coll == CHORUS_COLL_BROADCAST && a->me != m->root) bytes = 0;
+    if (m->coll == CHORUS_COLL_ALLTOALL && m->send == m->recv) bytes = 0;
+    if (m->own_in_slot) bytes = 0;
+    v = arena__win_offer(a, m->send, bytes);
+    m->offered = v != 0;
+    a->ctl[a->me].offer[a->opno & 1][0] = v;
+}
+
+/* Once the ranks this one reads have published the first step: where each one's buffer is
+ * mapped here (a->wsrc), whether some rank offered (m->any_win) and whether every rank
+ * offered (*all_p: then nothing goes through the slots; for broadcast, the root). Every
+ * rank reaches the same two answers from the same control lines. */
+static chorus_status_t move_resolve(chorus_arena_t *a, arena_move_t *m, int *all_p)
+{
+    size_t bytes = m->count * m->esize * m->parts;
+    int all = 1;
+
+    m->any_win = 0;
+    for (int r = 0; r < a->n; r++) {
+        uint64_t v = a->ctl[r].offer[a->opno & 1][0];
+        a->wsrc[r] = NULL;
+        if (m->coll == CHORUS_COLL_BROADCAST && r != m->root) continue;
+        if (v != 0 && r != a->me) {
+            a->wsrc[r] = arena__win_at(a, r, v, bytes);
+            if (a->wsrc[r] == NULL)
+                return arena__fail(a, chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: "
+                                                    "rank %d names window %u at %" PRIu64
+                                                    ", which this rank does not have",
+                                                    a->rank, m->what, a->ranks[r],
+                                                    ARENA_OFFER_ID(v), ARENA_OFFER_OFF(v)));
+        }
+        m->any_win |= v != 0;
+        if (a->wsrc[r] != NULL) a->win_bytes += m->count * m->esize;
+        if (v == 0) all = 0; /* every rank, this one too: all must take the same steps */
+    }
+    m->use_wsrc = 1;
+    *all_p = all && m->any_win;
+    return CHORUS_SUCCESS;
+}
+
+/* The end of an operation where some rank offered its buffer: every rank says it has read
+ * everything (step s), and an offerer returns only when all have, so that its caller may
+ * overwrite the buffer at once. */
+static chorus_status_t move_win_done(chorus_arena_t *a, const arena_move_t *m, uint64_t s)
+{
+    arena__publish(a, s);
+    if (!m->offered) return CHORUS_SUCCESS;
+    return arena__wait_all(a, s, m->what);
+}
+
 /* Nonzero when this rank reads anything in m: everyone but the root of a broadcast, only
  * the root of a reduce. */
 static int move_reads(const chorus_arena_t *a, const arena_move_t *m)
@@ -265,7 +354,7 @@ static int move_reads(const chorus_arena_t *a, const arena_move_t *m)
 static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m)
 {
     uint64_t s0 = a->step;
-    int reads;
+    int reads, win;
     chorus_status_t status;
 
     if (m->esize == 0 || ARENA_LINE % m->esize != 0)
@@ -280,8 +369,17 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m)
     m->g0 = a->gchunk;
     move_plan(a, m);
     arena__sig_set(a, m->coll, m->count, m->dtype, m->op, m->root < 0 ? 0 : m->root);
-    if (move_single_copy(a, m)) return move_cma(a, m, s0);
+    win = move_may_win(a, m);
+    if (win) move_offer(a, m);
+    if (!win && move_single_copy(a, m)) return move_cma(a, m, s0);
     reads = move_reads(a, m);
+    if (win && !reads && m->offered) { /* a broadcast root whose readers read its buffer */
+        m->ce = m->count;
+        move_write(a, m, 0);
+        arena__publish(a, s0 + 1);
+        a->unchecked = 1;
+        return move_win_done(a, m, s0 + 2);
+    }
     for (size_t i = 0; i < m->nchunks; i++) {
         if (i > 0) {
             status = arena__wait_all(a, s0 + i, m->what);
@@ -300,11 +398,24 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m)
                          ? arena__check_sigs_range(a, (int)(a->opno & 1), m->root, m->root + 1,
                                                    m->what)
                          : arena__check_sigs(a, (int)(a->opno & 1), m->what);
+        if (status == CHORUS_SUCCESS && i == 0 && win) {
+            int all = 0;
+            status = move_resolve(a, m, &all);
+            if (status == CHORUS_SUCCESS && all) { /* everything from the windows, at once */
+                m->ce = m->count;
+                a->win_calls++;
+                status = move_read(a, m, 0);
+                if (status != CHORUS_SUCCESS) return status;
+                a->unchecked = m->coll == CHORUS_COLL_BROADCAST;
+                return move_win_done(a, m, s0 + 2);
+            }
+        }
         if (status == CHORUS_SUCCESS) status = move_read(a, m, i);
         if (status != CHORUS_SUCCESS) return status;
     }
     a->unchecked = !reads || m->coll == CHORUS_COLL_BROADCAST;
     if (m->where == ARENA_MOVE_STAGED) a->gchunk += m->nchunks;
+    if (win && m->any_win) return move_win_done(a, m, s0 + m->nchunks + 1);
     return CHORUS_SUCCESS;
 }
 

@@ -88,6 +88,12 @@ typedef struct {
     /* A hash of the signatures of every eager call this rank made (arena_eager.c): ranks
      * compare it at the next call that waits for everyone. */
     _Atomic uint64_t chain;
+    /* Registered windows (arena_win.c): where the buffers its peers read an operation's
+     * data from lie, ARENA_OFFER(window, offset) or 0 (not in a window): [parity][0: send
+     * buffer, 1: receive buffer]. Published with the operation's first step, by operation
+     * parity like the signatures, since a rank that has moved on to the next operation
+     * must not overwrite what a slower one is still to read. */
+    uint64_t offer[2][2];
     /* Third line, written once per collective and read only by a peer that has waited a
      * while (chorus__arena_cross_check): the comm's number of the collective this rank is
      * in, plus one (0: none yet), and its signature, valid 1 when it runs on the arena and 2
@@ -98,6 +104,14 @@ typedef struct {
 
 _Static_assert(offsetof(arena_ctl_t, inl) + sizeof(((arena_ctl_t *)0)->inl) <= ARENA_LINE,
                "what a waiter polls fits one cache line");
+
+/* A registered window (arena_win.c): the same size and number on every local rank. */
+typedef struct {
+    uint32_t id;    /* in the order windows were made, the same on every rank */
+    int busy;       /* operations in flight that use it (a free then is an error) */
+    size_t bytes;   /* what the caller got */
+    uint8_t **base; /* n: each local rank's window as mapped in this process */
+} arena_win_t;
 
 typedef struct {
     _Atomic uint64_t magic; /* stored last (release): the rest is complete when it is set */
@@ -139,6 +153,8 @@ struct chorus_arena {
     uint32_t *pids;   /* pid of each local index (from the bootstrap exchange) */
     uint8_t *pid_check; /* nonzero when that pid lives in our pid namespace */
     const void **srcs;  /* n source pointers for the reduce kernel (no allocation per call) */
+    const uint8_t **wsrc; /* n: where each peer's buffer of the current operation is mapped
+                           * here when it lies in a registered window, else NULL */
     uint8_t *vpacked;   /* alltoallv (arena_v.c): per local rank, whether its blocks went
                          * with its counts table; kept here because a peer may rewrite its
                          * table once this rank has published its last step */
@@ -162,7 +178,44 @@ struct chorus_arena {
     size_t cma_min;     /* bytes one rank reads from one peer from which single copy is used */
     void *tmp;          /* a private copy for in-place alltoall on the single-copy path */
     size_t tmp_cap;
+    arena_win_t *wins;  /* registered windows (arena_win.c) */
+    int nwins, wins_cap;
+    uint32_t win_serial; /* the number of the next window */
+    uint64_t win_calls;  /* collectives that read every peer's data in its window */
+    uint64_t win_bytes;  /* bytes this rank read from its peers' windows */
 };
+
+/* ---- arena_win.c ---- */
+
+/* An offer (arena_ctl_t.offer): window id + 1 in the top 24 bits, the offset (windows are
+ * at most 2^40 bytes) below. */
+#define ARENA_OFFER(id, off) (((uint64_t)(id) + 1) << 40 | (uint64_t)(off))
+#define ARENA_OFFER_ID(v) ((uint32_t)((v) >> 40) - 1)
+#define ARENA_OFFER_OFF(v) ((v) & (((uint64_t)1 << 40) - 1))
+
+/* This rank's offer of [ptr, ptr + bytes): ARENA_OFFER of its window, or 0. */
+uint64_t arena__win_offer(const chorus_arena_t *a, const void *ptr, size_t bytes);
+/* Where local rank r's offer v of bytes is mapped here, or NULL (0, or not a window this
+ * rank has: an error of the caller's peer). */
+const uint8_t *arena__win_at(const chorus_arena_t *a, int r, uint64_t v, size_t bytes);
+
+/* Whether [ptr, ptr + bytes) lies in one of this rank's windows: its id and offset. */
+int arena__win_find(const chorus_arena_t *a, const void *ptr, size_t bytes, uint32_t *id_p,
+                    uint64_t *off_p);
+/* Local rank r's window id at off, bytes long, as mapped here; NULL when out of bounds. */
+const uint8_t *arena__win_peer(const chorus_arena_t *a, uint32_t id, int r, uint64_t off,
+                               size_t bytes);
+/* ---- arena_direct.c ---- */
+
+/* Allreduce from registered windows, after arena__enter (opno counted): returns 1 when it
+ * ran (its status in *status_p), 0 when the call must go on as a staged allreduce from the
+ * step this rank has just published (every rank returns the same). */
+int arena__direct_allreduce(chorus_arena_t *a, const void *send, void *recv, size_t count,
+                            chorus_dtype_t dtype, chorus_op_t op, const char *what,
+                            chorus_status_t *status_p);
+
+/* Unmaps every window (the arena's end). */
+void arena__win_free_all(chorus_arena_t *a);
 
 /* dst = the n sources reduced in local rank order (which is comm rank order: the arena
  * serves one-host comms): folded with op, or summed exactly when the call asked for it

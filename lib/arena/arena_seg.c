@@ -274,11 +274,13 @@ static chorus_status_t arena_seg_attach(chorus_arena_t *a, const chorus_arena_pa
 
 static void arena_free(chorus_arena_t *a)
 {
+    arena__win_free_all(a);
     if (a->base != NULL) munmap(a->base, a->size);
     free(a->ranks);
     free(a->pids);
     free(a->pid_check);
     free((void *)a->srcs);
+    free((void *)a->wsrc);
     free(a->vpacked);
     free(a->seen);
     free(a->tmp);
@@ -302,10 +304,11 @@ static chorus_status_t arena_alloc(const chorus_arena_params_t *p, chorus_arena_
     a->pids = calloc((size_t)a->n, sizeof *a->pids);
     a->pid_check = calloc((size_t)a->n, 1);
     a->srcs = calloc((size_t)a->n, sizeof *a->srcs);
+    a->wsrc = calloc((size_t)a->n, sizeof *a->wsrc);
     a->vpacked = calloc((size_t)a->n, 1);
     a->seen = calloc((size_t)a->n, sizeof *a->seen);
     if (a->ranks == NULL || a->pids == NULL || a->pid_check == NULL || a->srcs == NULL ||
-        a->vpacked == NULL ||
+        a->wsrc == NULL || a->vpacked == NULL ||
         a->seen == NULL)
         goto err;
     *a_p = a;

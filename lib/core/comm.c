@@ -592,6 +592,7 @@ static void core_comm_free(chorus_comm_t comm)
     chorus__p2p_forget(comm);
     if (comm->tune != NULL) chorus__tune_destroy(comm->tune);
     if (comm->arena != NULL) chorus__arena_destroy(comm->arena);
+    chorus__mem_release(comm);
     for (int i = comm->ntps - 1; i >= 0; i--) comm->tps[i].ops->fini(comm->tps[i].tp);
     chorus__tagged_free(comm); /* after the transports, which may still hold its requests */
     if (comm->bs != NULL) chorus__bootstrap_destroy(comm->bs);

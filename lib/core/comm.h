@@ -72,6 +72,10 @@ struct chorus_comm {
     /* Single-host collectives through a shared arena (lib/arena); NULL when the comm
      * spans hosts or the arena is switched off. */
     struct chorus_arena *arena;
+    /* chorus_mem_alloc's buffers on a comm without an arena (lib/core/mem.c): private
+     * memory, kept so that chorus_mem_free can check its argument. */
+    struct chorus_mem_block *mem_blocks;
+    int nmem_blocks, mem_blocks_cap;
     /* The cost model of lib/tune (opaque here). */
     struct chorus_tune *tune;
 
@@ -147,6 +151,9 @@ void chorus__stop_request(chorus_stop_t *stop);
 void chorus__stop_fini(chorus_stop_t *stop);
 
 /* chorus_comm_init, stoppable through stop (may be NULL). */
+/* Frees chorus_mem_alloc's private buffers (mem.c; the arena frees its windows). */
+void chorus__mem_release(chorus_comm_t comm);
+
 chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
                                             const chorus_unique_id_t *id, int rank,
                                             chorus_stop_t *stop);

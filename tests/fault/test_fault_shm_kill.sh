@@ -3,7 +3,9 @@
 # allreduces over shared memory. Every survivor must return CHORUS_ERR_REMOTE naming the
 # dead rank within 5 s (CHORUS_TIMEOUT=60: the deadline is not what finds it), and its
 # chorus_comm_destroy must return. Once with the default algorithm choice (the shared
-# arena) and once with ring over the shm transport. Prints the time to detection.
+# arena), once with ring over the shm transport, and once on the arena with both buffers in
+# registered memory (issue 38: the peers read the victim's buffers in place; the mapping
+# outlives it, so they must get the error, not a SIGBUS). Prints the time to detection.
 set -u
 BUILD=${BUILD:-build}
 HERE=$(dirname "$0")
@@ -17,13 +19,14 @@ VICTIM=2
 
 # case LABEL ENV...: one run; the victim is killed once every rank is in the loop.
 case_run() {
-    label=$1
+    label=$1 extra=""
     shift
+    case "$label" in *registered*) extra=--registered ;; esac
     rm -f "$TMP"/*.pid
     # The wrapper shell keeps chorusrun from stopping the survivors when the victim dies.
     env CHORUS_TIMEOUT=60 "$@" "$RUN" -n 4 --timeout 50 -- \
         sh -c '"$0" "$@"; echo "rank $CHORUS_RANK exit $?"' \
-        "$PROG" --pid-dir "$TMP" --seconds 40 >"$LOG" 2>&1 &
+        "$PROG" --pid-dir "$TMP" --seconds 40 $extra >"$LOG" 2>&1 &
     RUNPID=$!
     if ! wait_pids "$TMP" 4 30; then
         fail "$label: the ranks did not start their loops"
@@ -48,6 +51,7 @@ case_run() {
 
 case_run "shm, default algorithm" CHORUS_TRANSPORT=shm
 case_run "shm, ring" CHORUS_TRANSPORT=shm CHORUS_ALGO=ring
+case_run "shm, default algorithm, registered buffers" CHORUS_TRANSPORT=shm
 summary "shm kill -9 of 1 rank of 4"
 [ "$FAILED" -eq 0 ] || exit 1
 echo "shm kill: every survivor reported the dead rank"

@@ -7,6 +7,13 @@
  *   chorusrun -n 4 -- mp_coll_matrix [--algo ring] [--quick] [--colls allreduce,reduce]
  *       [--dtypes float32,int8] [--ops sum,max] [--counts 0,1,7,n-1,3001] [--large N]
  *       [--large-colls allreduce,...] [--seed S] [--verbose]
+ *       [--registered all|odd|even [--registered-bytes N]]
+ *
+ * --registered: the buffers of the ranks it names (all, odd or even ranks) come from one
+ * chorus_mem_alloc window (issue 38), at the offsets a bump allocator gives (send and
+ * receive buffers side by side, canaries between), so every collective runs with peers'
+ * data read straight from their windows, and with odd/even, mixed with ranks whose
+ * buffers are not registered.
  *
  * Each failure prints one line (collective, dtype, op, count, in-place, root, first wrong
  * index, got vs expected); rank 0 prints "N passed, N failed" at the end; the exit status
@@ -62,6 +69,9 @@ typedef struct {
     int n;
     const char *algo;
     int verbose;
+    const char *registered; /* --registered: all, odd, even (NULL: off) */
+    size_t registered_bytes;
+    void *reg_win;          /* this rank's window, freed at the end */
     uint64_t base_seed;
     uint64_t *keys; /* per rank, the random stream key of the current case */
     uint8_t *state; /* per case: 0 passed, 1 skipped, 2 failed */
@@ -141,9 +151,40 @@ static int call_ok(ctx_t *c, const mcase_t *k, chorus_status_t st, const char *f
 #define COLL_MATRIX_BUF_FREE(p) free(p)
 #endif
 
+/* --registered: a bump allocator over this rank's window; it starts over whenever every
+ * buffer it gave is freed (each case frees its own). */
+static unsigned char *reg_base;
+static size_t reg_size, reg_top;
+static int reg_live;
+
+static void *buf_alloc_raw(size_t bytes)
+{
+    unsigned char *p;
+    if (reg_base == NULL) return COLL_MATRIX_BUF_ALLOC(bytes);
+    reg_top = (reg_top + 63) / 64 * 64;
+    if (reg_size - reg_top < bytes) {
+        fprintf(stderr, "mp_coll_matrix: the registered window (%zu bytes) is too small: raise "
+                "--registered-bytes\n", reg_size);
+        exit(1);
+    }
+    p = reg_base + reg_top;
+    reg_top += bytes;
+    reg_live++;
+    return p;
+}
+
+static void buf_free_raw(void *p)
+{
+    if (reg_base == NULL) {
+        COLL_MATRIX_BUF_FREE(p);
+        return;
+    }
+    if (--reg_live == 0) reg_top = 0;
+}
+
 static void *gbuf_alloc(size_t bytes)
 {
-    unsigned char *p = COLL_MATRIX_BUF_ALLOC(bytes + 2 * GUARD);
+    unsigned char *p = buf_alloc_raw(bytes + 2 * GUARD);
     if (p == NULL) {
         fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
         exit(1);
@@ -173,7 +214,7 @@ static void gbuf_check(ctx_t *c, const mcase_t *k, const void *buf, size_t bytes
 
 static void gbuf_free(void *buf)
 {
-    if (buf != NULL) COLL_MATRIX_BUF_FREE((unsigned char *)buf - GUARD);
+    if (buf != NULL) buf_free_raw((unsigned char *)buf - GUARD);
 }
 
 /* ---- Input values ---- */
@@ -812,7 +853,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: mp_coll_matrix [--algo A] [--quick] [--colls LIST] [--dtypes LIST]\n"
             "       [--ops LIST] [--counts LIST] [--large N] [--large-colls LIST]\n"
-            "       [--seed S] [--verbose]\n"
+            "       [--seed S] [--verbose] [--registered all|odd|even [--registered-bytes N]]\n"
             "  LIST: comma-separated names or 'all'; counts may use 'n-1'.\n"
             "  Collectives: allreduce allgather reduce_scatter broadcast reduce alltoall\n"
             "  p2p_ring p2p_pairs sendrecv barrier nan_minmax.\n");
@@ -826,6 +867,8 @@ static int parse_args(int argc, char **argv, plan_t *p, ctx_t *c)
         {"ops", required_argument, NULL, 'o'},    {"counts", required_argument, NULL, 'n'},
         {"large", required_argument, NULL, 'l'},  {"large-colls", required_argument, NULL, 'L'},
         {"seed", required_argument, NULL, 's'},   {"verbose", no_argument, NULL, 'v'},
+        {"registered", required_argument, NULL, 'R'},
+        {"registered-bytes", required_argument, NULL, 'B'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
     const char *colls = NULL, *dtypes = "all", *ops = "all", *counts = "0,1,7,n-1,3001";
     const char *large_colls = "all";
@@ -846,6 +889,8 @@ static int parse_args(int argc, char **argv, plan_t *p, ctx_t *c)
         case 'L': large_colls = optarg; break;
         case 's': c->base_seed = strtoull(optarg, NULL, 0); break;
         case 'v': c->verbose = 1; break;
+        case 'R': c->registered = optarg; break;
+        case 'B': c->registered_bytes = strtoull(optarg, NULL, 0); break;
         default: usage(); return -1;
         }
     }
@@ -907,6 +952,22 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &p, &c) != 0) return 2;
     c.comm = mp_init_env("mp_coll_matrix", &c.rank, &c.n);
     c.keys = malloc((size_t)c.n * sizeof(*c.keys));
+    if (c.registered != NULL) {
+        void *win = NULL;
+        int mine = strcmp(c.registered, "all") == 0 ||
+                   (strcmp(c.registered, "odd") == 0 && c.rank % 2 == 1) ||
+                   (strcmp(c.registered, "even") == 0 && c.rank % 2 == 0);
+        if (!mine && strcmp(c.registered, "odd") != 0 && strcmp(c.registered, "even") != 0) {
+            fprintf(stderr, "mp_coll_matrix: --registered all, odd or even\n");
+            return 2;
+        }
+        reg_size = c.registered_bytes ? c.registered_bytes : (size_t)64 << 20;
+        /* Collective: every rank makes the window; the ranks not named keep using malloc. */
+        mp_die_on_error(chorus_mem_alloc(c.comm, reg_size, &win), c.comm, c.rank,
+                        "chorus_mem_alloc");
+        if (mine) reg_base = win;
+        c.reg_win = win;
+    }
     double t0 = mp_now();
     run_plan(&c, &p);
 
@@ -925,8 +986,25 @@ int main(int argc, char **argv)
                counted[0], counted[2], counted[1], mp_now() - t0);
     }
     int failed = c.local_fail > 0 || counted[2] > 0;
+    if (c.registered != NULL && strcmp(c.registered, "all") == 0 && c.n > 1 &&
+        !(getenv("CHORUS_ARENA") != NULL && strcmp(getenv("CHORUS_ARENA"), "0") == 0)) {
+        /* Every rank registered: some calls must have read their peers' buffers in place. */
+        uint64_t calls = 0, bytes = 0;
+        mp_die_on_error(chorus_mem_stats(c.comm, &calls, &bytes), c.comm, c.rank,
+                        "chorus_mem_stats");
+        if (calls == 0 || bytes == 0) {
+            printf("[%d] FAIL --registered all: no call read its peers' windows (%llu calls, "
+                   "%llu bytes)\n", c.rank, (unsigned long long)calls, (unsigned long long)bytes);
+            failed = 1;
+        } else if (c.verbose) {
+            printf("[%d] %llu calls read every peer's window, %llu bytes from windows\n", c.rank,
+                   (unsigned long long)calls, (unsigned long long)bytes);
+        }
+    }
     /* The summary is out before any rank exits (a failing exit stops the others). */
     mp_die_on_error(chorus_barrier(c.comm), c.comm, c.rank, "final barrier");
+    if (c.reg_win != NULL)
+        mp_die_on_error(chorus_mem_free(c.comm, c.reg_win), c.comm, c.rank, "chorus_mem_free");
     chorus_comm_destroy(c.comm);
     free(all);
     free(c.state);

@@ -5,9 +5,11 @@
  * a link taken down) or through --idle-rank (a rank that stops calling).
  *
  *   mp_fault_loop [--count N] [--seconds S] [--pid-dir DIR] [--idle-rank R]
- *                 [--idle-after K] [--idle-seconds S] [--linger S]
+ *                 [--idle-after K] [--idle-seconds S] [--linger S] [--registered]
  *
  *   --count N        int32 elements per allreduce (default 4M: 16 MiB)
+ *   --registered     both buffers from chorus_mem_alloc: peers read them in place, so a
+ *                    rank killed mid-call is one whose buffers its peers are reading
  *   --seconds S      give up (exit 1) when no call failed after S seconds (default 60)
  *   --pid-dir DIR    after --idle-after iterations, write DIR/<rank>.pid (the pid, then a
  *                    newline) so the script knows whom to kill and that the loop runs
@@ -43,6 +45,7 @@ typedef struct {
     int idle_after;
     double idle_seconds;
     double linger;
+    int registered;
 } options_t;
 
 static double mono_s(void)
@@ -65,6 +68,10 @@ static int parse(int argc, char **argv, options_t *o)
                      .idle_seconds = 10};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--registered") == 0) {
+            o->registered = 1;
+            continue;
+        }
         if (v == NULL) return -1;
         if (strcmp(a, "--count") == 0) o->count = strtoull(v, NULL, 0);
         else if (strcmp(a, "--seconds") == 0) o->seconds = atof(v);
@@ -143,8 +150,21 @@ int main(int argc, char **argv)
     }
     chorus_comm_rank(comm, &rank);
     chorus_comm_size(comm, &nranks);
-    int32_t *send = malloc(o.count * sizeof(int32_t));
-    int32_t *recv = malloc(o.count * sizeof(int32_t));
+    int32_t *send, *recv;
+    void *win = NULL;
+    if (o.registered) {
+        st = chorus_mem_alloc(comm, 2 * o.count * sizeof(int32_t), &win);
+        if (st != CHORUS_SUCCESS) {
+            printf("rank %d: chorus_mem_alloc: %s: %s\n", rank, chorus_status_string(st),
+                   chorus_last_error());
+            return 2;
+        }
+        send = win;
+        recv = send + o.count;
+    } else {
+        send = malloc(o.count * sizeof(int32_t));
+        recv = malloc(o.count * sizeof(int32_t));
+    }
     if (send == NULL || recv == NULL) {
         printf("rank %d: out of memory\n", rank);
         return 2;
@@ -177,9 +197,11 @@ int main(int argc, char **argv)
     if (rc == 0 && rank != o.idle_rank) printf("rank %d: no error in %.0f s\n", rank, o.seconds);
     if (rc != 0 && o.linger > 0) usleep((useconds_t)(o.linger * 1e6));
     double t0 = mono_s();
-    chorus_comm_destroy(comm);
+    chorus_comm_destroy(comm); /* frees the window too */
     printf("rank %d: destroy returned after %.3f s\n", rank, mono_s() - t0);
-    free(send);
-    free(recv);
+    if (win == NULL) {
+        free(send);
+        free(recv);
+    }
     return rc;
 }

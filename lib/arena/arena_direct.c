@@ -1,0 +1,170 @@
+/*
+ * Allreduce straight from registered windows (issue 38), as NCCL's symmetric kernels do:
+ * when every rank's send buffer lies in a window (arena_win.c), nobody copies anything into
+ * the arena.
+ *
+ *   one-shot: every rank reduces all n send buffers, read in its peers' windows, straight
+ *             into its receive buffer: one synchronisation, n reads and one write per byte;
+ *             for small vectors and 2 ranks, and never in place (a rank would overwrite
+ *             what its peers are reading).
+ *   two-shot: every rank reduces its slice of all n send buffers into the same slice of its
+ *             own receive buffer (which must lie in a window too), then copies the other
+ *             slices from its peers' receive buffers: about two reads and two writes per
+ *             byte whatever n is, and two synchronisations.
+ *
+ * Both start with one step in which every rank publishes, with its signature, where its
+ * buffers lie (arena_ctl_t.offer); every rank then decides the same from the same control
+ * lines. When not every rank offered its send buffer, the call goes on as a staged
+ * allreduce (arena.c) from that step. Both end with a step that every rank publishes once
+ * it has read everything, and that every rank waits for: its buffers are its caller's
+ * again when the call returns.
+ */
+#include "arena/arena_int.h"
+
+#include "kernels.h"
+#include "util/config.h"
+#include "util/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Vectors up to this many bytes (and every vector on 2 ranks) go one-shot. */
+#define ARENA_ONESHOT_MAX_DEFAULT ((size_t)256 << 10)
+
+/* Rank r's slice of count elements, whole cache lines but for the last: [*b_p, *e_p). */
+static void direct_slice(const chorus_arena_t *a, size_t count, size_t esize, int r, size_t *b_p,
+                         size_t *e_p)
+{
+    size_t unit = ARENA_LINE / esize, units = (count + unit - 1) / unit;
+    size_t b = units * (size_t)r / (size_t)a->n * unit, e = units * (size_t)(r + 1) / (size_t)a->n * unit;
+
+    *b_p = b < count ? b : count;
+    *e_p = e < count ? e : count;
+}
+
+static chorus_status_t direct_reduce(chorus_arena_t *a, void *dst, size_t count,
+                                     chorus_dtype_t dtype, chorus_op_t op, const char *what)
+{
+    chorus_status_t status = arena__reduce(a, dst, count, dtype, op);
+
+    if (status != CHORUS_SUCCESS)
+        return arena__fail(a, chorus__error(status, "rank %d: arena: %s: reduce failed", a->rank,
+                                            what));
+    return CHORUS_SUCCESS;
+}
+
+/* The last step: this rank has read everything; return once every rank has. */
+static chorus_status_t direct_done(chorus_arena_t *a, uint64_t step, const char *what)
+{
+    arena__publish(a, step);
+    return arena__wait_all(a, step, what);
+}
+
+static chorus_status_t direct_one_shot(chorus_arena_t *a, const void *send, void *recv,
+                                       size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                       uint64_t s0, const char *what)
+{
+    size_t bytes = count * chorus_dtype_size(dtype);
+    chorus_status_t status;
+
+    for (int r = 0; r < a->n; r++) a->srcs[r] = a->wsrc[r];
+    a->srcs[a->me] = send;
+    status = direct_reduce(a, recv, count, dtype, op, what);
+    if (status != CHORUS_SUCCESS) return status;
+    a->win_bytes += bytes * (uint64_t)(a->n - 1);
+    return direct_done(a, s0 + 2, what);
+}
+
+static chorus_status_t direct_two_shot(chorus_arena_t *a, const void *send, void *recv,
+                                       size_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                       uint64_t s0, const char *what)
+{
+    size_t esize = chorus_dtype_size(dtype), b, e;
+    uint64_t par = a->opno & 1;
+    uint8_t *out = recv;
+    chorus_status_t status;
+
+    direct_slice(a, count, esize, a->me, &b, &e);
+    for (int r = 0; r < a->n; r++) a->srcs[r] = a->wsrc[r] + b * esize;
+    a->srcs[a->me] = (const uint8_t *)send + b * esize;
+    /* In place, my slice of recvbuf is my slice of sendbuf, and the kernel lets its
+     * destination alias only its first source: the others read a private copy of mine. */
+    if (send == recv && a->me != 0 && e > b) {
+        if (a->tmp_cap < (e - b) * esize) {
+            void *t = realloc(a->tmp, (e - b) * esize);
+            if (t == NULL)
+                return arena__fail(a, chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: arena: %s: "
+                                                    "no memory for %zu bytes", a->rank, what,
+                                                    (e - b) * esize));
+            a->tmp = t;
+            a->tmp_cap = (e - b) * esize;
+        }
+        memcpy(a->tmp, a->srcs[a->me], (e - b) * esize);
+        a->srcs[a->me] = a->tmp;
+    }
+    if (e > b) {
+        status = direct_reduce(a, out + b * esize, e - b, dtype, op, what);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    arena__publish(a, s0 + 2);
+    status = arena__wait_all(a, s0 + 2, what);
+    if (status != CHORUS_SUCCESS) return status;
+    for (int k = 1; k < a->n; k++) {
+        int r = a->me + k < a->n ? a->me + k : a->me + k - a->n;
+        const uint8_t *theirs = arena__win_at(a, r, a->ctl[r].offer[par][1], count * esize);
+        size_t rb, re;
+
+        direct_slice(a, count, esize, r, &rb, &re);
+        chorus_kernel_copy_stream(out + rb * esize, theirs + rb * esize, (re - rb) * esize,
+                                  3 * count * esize);
+    }
+    a->win_bytes += count * esize / (uint64_t)a->n * (uint64_t)(a->n - 1) * 2;
+    return direct_done(a, s0 + 3, what);
+}
+
+int arena__direct_allreduce(chorus_arena_t *a, const void *send, void *recv, size_t count,
+                            chorus_dtype_t dtype, chorus_op_t op, const char *what,
+                            chorus_status_t *status_p)
+{
+    size_t bytes = count * chorus_dtype_size(dtype);
+    uint64_t s0 = a->step, par = a->opno & 1;
+    int all_send = 1, all_recv = 1, any_in_place = 0;
+    size_t one_shot_max;
+    chorus_status_t status;
+
+    a->ctl[a->me].offer[par][0] = arena__win_offer(a, send, bytes);
+    a->ctl[a->me].offer[par][1] = arena__win_offer(a, recv, bytes);
+    arena__sig_set(a, CHORUS_COLL_ALLREDUCE, count, dtype, op, 0);
+    arena__publish(a, s0 + 1);
+    status = arena__wait_all(a, s0 + 1, what);
+    if (status == CHORUS_SUCCESS) status = arena__check_sigs(a, (int)par, what);
+    if (status != CHORUS_SUCCESS) {
+        *status_p = status;
+        return 1;
+    }
+    for (int r = 0; r < a->n; r++) {
+        uint64_t vs = a->ctl[r].offer[par][0], vr = a->ctl[r].offer[par][1];
+        a->wsrc[r] = r == a->me ? NULL : arena__win_at(a, r, vs, bytes);
+        if (vs == 0) all_send = 0;
+        if (vr == 0) all_recv = 0;
+        if (vs != 0 && vs == vr) any_in_place = 1;
+        if (r != a->me && vs != 0 && a->wsrc[r] == NULL) {
+            *status_p = arena__fail(a, chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: "
+                                                     "rank %d names a window this rank does "
+                                                     "not have", a->rank, what, a->ranks[r]));
+            return 1;
+        }
+    }
+    one_shot_max = chorus__config_size("CHORUS_WIN_ONESHOT_MAX", ARENA_ONESHOT_MAX_DEFAULT);
+    if (all_send && !any_in_place && (a->n == 2 || bytes <= one_shot_max || !all_recv)) {
+        a->win_calls++;
+        *status_p = direct_one_shot(a, send, recv, count, dtype, op, s0, what);
+        return 1;
+    }
+    if (all_send && all_recv) {
+        a->win_calls++;
+        *status_p = direct_two_shot(a, send, recv, count, dtype, op, s0, what);
+        return 1;
+    }
+    return 0; /* the staged path, from step s0 + 1, which every rank has published */
+}

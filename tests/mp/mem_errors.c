@@ -1,0 +1,130 @@
+/*
+ * Registered memory (issue 38): what chorus_mem_alloc and chorus_mem_free promise, under
+ * chorusrun on 1 or more ranks of one host.
+ *
+ *   - a window is the size asked, page-aligned, readable and writable, and freeing it
+ *     returns CHORUS_SUCCESS on every rank;
+ *   - bad input is CHORUS_ERR_INVALID_ARGUMENT naming the rank and the call, and changes
+ *     nothing: a NULL comm, pointer or ptr_p, 0 bytes, a pointer that chorus_mem_alloc did
+ *     not return (malloc'd memory, a pointer inside a window), and a second free;
+ *   - ranks asking different sizes all get CHORUS_ERR_MISMATCH, and the communicator still
+ *     works afterwards (the next alloc and an allreduce on it succeed);
+ *   - chorus_mem_stats counts a collective that read every peer's window (on 2 or more
+ *     ranks with the arena), and an allreduce whose buffers are not registered adds nothing.
+ *
+ * Exits 0 when all held, 1 otherwise (each failure printed).
+ */
+#include "mp/mp_common.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                      \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            printf("[%d] FAIL line %d: ", rank, __LINE__);                                     \
+            printf(__VA_ARGS__);                                                               \
+            printf("\n");                                                                      \
+            failures++;                                                                        \
+        }                                                                                      \
+    } while (0)
+
+/* st is `want`, and the message names this rank and `call`. */
+static void expect_err(int rank, chorus_status_t st, chorus_status_t want, const char *call,
+                       int line)
+{
+    char me[32];
+    snprintf(me, sizeof me, "rank %d", rank);
+    if (st != want || strstr(chorus_last_error(), call) == NULL ||
+        (strstr(chorus_last_error(), me) == NULL && strstr(chorus_last_error(), "comm is") == NULL)) {
+        printf("[%d] FAIL line %d: %s: status %s (want %s), message \"%s\"\n", rank, line, call,
+               chorus_status_string(st), chorus_status_string(want), chorus_last_error());
+        failures++;
+    }
+}
+
+int main(void)
+{
+    int rank, n;
+    chorus_comm_t comm = mp_init_env("mp_mem_errors", &rank, &n);
+    void *a = NULL, *b = (void *)1;
+    char *heap = malloc(4096);
+    uint64_t calls0 = 0, calls1 = 0, bytes0 = 0, bytes1 = 0;
+    int32_t *v;
+    const size_t count = 1 << 18; /* 1 MiB of int32: past the arena's flat path */
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Arguments. */
+    expect_err(rank, chorus_mem_alloc(NULL, 4096, &a), CHORUS_ERR_INVALID_ARGUMENT, "mem_alloc",
+               __LINE__);
+    expect_err(rank, chorus_mem_alloc(comm, 0, &a), CHORUS_ERR_INVALID_ARGUMENT, "mem_alloc",
+               __LINE__);
+    expect_err(rank, chorus_mem_alloc(comm, 4096, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "mem_alloc", __LINE__);
+    expect_err(rank, chorus_mem_free(comm, NULL), CHORUS_ERR_INVALID_ARGUMENT, "mem_free",
+               __LINE__);
+    expect_err(rank, chorus_mem_free(comm, heap), CHORUS_ERR_INVALID_ARGUMENT, "mem_free",
+               __LINE__);
+    expect_err(rank, chorus_mem_stats(NULL, NULL, NULL), CHORUS_ERR_INVALID_ARGUMENT,
+               "mem_stats", __LINE__);
+
+    /* A good window: its size, alignment, contents, an allreduce on it, a free. */
+    mp_die_on_error(chorus_mem_alloc(comm, 2 * count * sizeof(int32_t), &a), comm, rank,
+                    "chorus_mem_alloc");
+    EXPECT(((uintptr_t)a & 4095) == 0, "window %p is not page-aligned", a);
+    v = a;
+    for (size_t i = 0; i < 2 * count; i++) v[i] = (int32_t)(rank + 1 + (int)(i % 5));
+    mp_die_on_error(chorus_mem_stats(comm, &calls0, &bytes0), comm, rank, "chorus_mem_stats");
+    mp_die_on_error(chorus_allreduce(v, v + count, count, CHORUS_INT32, CHORUS_SUM, comm, NULL),
+                    comm, rank, "allreduce on the window");
+    for (size_t i = 0; i < count; i++) {
+        int32_t want = (int32_t)(n * (n + 1) / 2 + n * (int)(i % 5));
+        if (v[count + i] != want) {
+            EXPECT(0, "allreduce element %zu: %d, not %d", i, v[count + i], want);
+            break;
+        }
+    }
+    mp_die_on_error(chorus_mem_stats(comm, &calls1, &bytes1), comm, rank, "chorus_mem_stats");
+    if (n > 1 && getenv("CHORUS_ARENA") == NULL)
+        EXPECT(calls1 == calls0 + 1 && bytes1 > bytes0,
+               "the allreduce on registered buffers did not read its peers' windows (%llu -> "
+               "%llu calls, %llu -> %llu bytes)", (unsigned long long)calls0,
+               (unsigned long long)calls1, (unsigned long long)bytes0, (unsigned long long)bytes1);
+    {
+        /* Buffers that are not registered: the usual path, nothing counted. */
+        int32_t *s = calloc(count, sizeof *s), *r = calloc(count, sizeof *r);
+        uint64_t calls2 = 0, bytes2 = 0;
+        mp_die_on_error(chorus_allreduce(s, r, count, CHORUS_INT32, CHORUS_SUM, comm, NULL),
+                        comm, rank, "allreduce off the window");
+        mp_die_on_error(chorus_mem_stats(comm, &calls2, &bytes2), comm, rank, "mem_stats");
+        EXPECT(calls2 == calls1 && bytes2 == bytes1,
+               "an allreduce of unregistered buffers counted as single copy");
+        free(s);
+        free(r);
+    }
+    expect_err(rank, chorus_mem_free(comm, (char *)a + 64), CHORUS_ERR_INVALID_ARGUMENT,
+               "mem_free", __LINE__);
+    mp_die_on_error(chorus_mem_free(comm, a), comm, rank, "chorus_mem_free");
+    expect_err(rank, chorus_mem_free(comm, a), CHORUS_ERR_INVALID_ARGUMENT, "mem_free",
+               __LINE__);
+
+    /* Ranks that disagree about the size (with 2 or more ranks and the arena). */
+    if (n > 1 && getenv("CHORUS_ARENA") == NULL) {
+        chorus_status_t st = chorus_mem_alloc(comm, rank == 0 ? 8192 : 4096, &b);
+        expect_err(rank, st, CHORUS_ERR_MISMATCH, "mem_alloc", __LINE__);
+        EXPECT(b == NULL, "a failed mem_alloc left *ptr_p at %p", b);
+    }
+    /* The communicator still works: a window of the same size everywhere, a collective. */
+    mp_die_on_error(chorus_mem_alloc(comm, 4096, &a), comm, rank, "chorus_mem_alloc after");
+    mp_die_on_error(chorus_allreduce(a, a, 16, CHORUS_INT32, CHORUS_SUM, comm, NULL), comm, rank,
+                    "allreduce after");
+    mp_die_on_error(chorus_mem_free(comm, a), comm, rank, "chorus_mem_free after");
+    {
+        int all = 0;
+        mp_die_on_error(chorus_allreduce(&failures, &all, 1, CHORUS_INT32, CHORUS_SUM, comm, NULL),
+                        comm, rank, "the failure count");
+        if (rank == 0) printf("mp_mem_errors: %d ranks: %d failure(s)\n", n, all);
+        chorus_comm_destroy(comm);
+        free(heap);
+        return all == 0 ? 0 : 1;
+    }
+}
