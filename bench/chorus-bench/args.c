@@ -93,6 +93,9 @@ void bench_usage(FILE *out)
         "  -G, --device             device buffers (CUDA, through the GPU plugin of Chorus):\n"
         "                           one stream per rank, device CHORUS_LOCAL_RANK modulo the\n"
         "                           device count; exit 77 with 'skipped:' when there is none\n"
+        "  -R, --registered <0/1>   1: host buffers from chorus_mem_alloc (registered memory,\n"
+        "                           read in place by the ranks of the host), as nccl-tests'\n"
+        "                           -R; not with -G yet\n"
         "Chorus options:\n"
         "      --algo ALGO          auto, ring, tree, rd, rabenseifner, swing, bruck, hier,\n"
         "                           arena, pairwise, dissemination: sets CHORUS_ALGO before\n"
@@ -252,6 +255,7 @@ static const struct option long_options[] = {
     {"average", required_argument, NULL, 'a'},
     {"blocking", required_argument, NULL, 'z'},
     {"device", no_argument, NULL, 'G'},
+    {"registered", required_argument, NULL, 'R'},
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"algo", required_argument, NULL, OPT_ALGO},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
@@ -283,6 +287,7 @@ static int apply_option(int c, const char *arg, options_t *opt, int *factor_p)
     case 'r': return parse_int(arg, 0, 1000000000, &opt->root);
     case 'z': return parse_int(arg, 0, 1, &opt->blocking);
     case 'G': opt->device = 1; return 0;
+    case 'R': return parse_int(arg, 0, 1, &opt->registered);
     case OPT_BACKEND: {
         const char *name;
         if (parse_choice(arg, backend_choices, 2, &name) != 0) return -1;
@@ -357,7 +362,7 @@ int bench_parse_args(int argc, char **argv, options_t *opt)
                        .rounds = 3,
                        .lat_max = BENCH_LAT_MAX_DEFAULT};
     optind = 1;
-    while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:a:z:Gh", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:a:z:R:Gh", long_options, NULL)) != -1) {
         rc = apply_option(c, optarg, opt, &factor);
         if (rc == 1) return 1;
         if (rc == -2) {
@@ -389,6 +394,11 @@ int bench_parse_args(int argc, char **argv, options_t *opt)
     /* NCCL collectives take device buffers only; --algo all times Chorus's algorithms. */
     if (opt->backend == BACKEND_NCCL && (!opt->device || opt->algo_all)) {
         fprintf(stderr, "chorus-bench: --backend nccl needs -G and does not take --algo all\n");
+        return -1;
+    }
+    if (opt->registered && opt->device) {
+        fprintf(stderr, "chorus-bench: -R 1 registers host memory; device buffers (-G) cannot "
+                "be registered yet\n");
         return -1;
     }
     /* On device buffers the nccl-tests default: calls back to back, one synchronisation. */

@@ -83,6 +83,7 @@ typedef struct {
     const char *transport; /* NULL: leave CHORUS_TRANSPORT as it is */
     const char *json_path, *csv_path, *plot_prefix;
     int device;        /* -G: buffers in device memory, calls on one stream */
+    int registered;    /* -R 1: host buffers from chorus_mem_alloc (registered memory) */
     backend_t backend; /* --backend */
 } options_t;
 
@@ -149,6 +150,7 @@ typedef struct {
     char gpu[160];    /* -G: chorus__gpu_describe(); empty on host buffers */
     int nccl_version; /* --backend nccl: ncclGetVersion(); 0 otherwise */
     int blocking;
+    int registered; /* -R */
 } meta_t;
 
 typedef struct {

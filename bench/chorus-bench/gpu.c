@@ -98,6 +98,17 @@ void bench_gpu_setup(bench_t *b)
     size_t bytes = b->opt.max_bytes + 64;
     chorus_status_t status;
 
+    if (b->gpu == NULL && b->opt.registered) {
+        /* -R 1: both buffers in one window of registered memory (collective). */
+        size_t half = (bytes + 4095) / 4096 * 4096;
+        void *win = NULL;
+        status = chorus_mem_alloc(b->comm, 2 * half, &win);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_mem_alloc", 2 * half);
+        memset(win, 0, 2 * half);
+        b->sendbuf = win;
+        b->recvbuf = (char *)win + half;
+        return;
+    }
     if (b->gpu == NULL) {
         b->sendbuf = host_buffer(b, bytes);
         b->recvbuf = host_buffer(b, bytes);
@@ -126,6 +137,11 @@ void bench_gpu_setup(bench_t *b)
 
 void bench_gpu_teardown(bench_t *b)
 {
+    if (b->gpu == NULL && b->opt.registered) {
+        chorus_status_t status = chorus_mem_free(b->comm, b->sendbuf);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_mem_free", 0);
+        return;
+    }
     if (b->gpu == NULL) {
         free(b->sendbuf);
         free(b->recvbuf);

@@ -91,6 +91,7 @@ static void fill_meta(bench_t *b, char (*hosts)[HOST_BYTES])
     m->avg_mode = (int)b->opt.avg_mode;
     m->time_per_size = b->opt.time_per_size;
     m->blocking = b->opt.blocking;
+    m->registered = b->opt.registered;
     snprintf(m->device, sizeof(m->device), "%s", b->gpu != NULL ? "gpu" : "host");
     snprintf(m->backend, sizeof(m->backend), "%s",
              b->opt.backend == BACKEND_NCCL ? "nccl" : "chorus");
@@ -133,10 +134,10 @@ static void print_header(bench_t *b)
                b->opt.min_bytes, b->opt.max_bytes,
                b->opt.factor > 1 ? b->opt.factor : b->opt.step_bytes,
                b->opt.factor > 1 ? "factor" : "bytes", b->opt.warmup, iters, b->opt.check);
-        printf("# hosts %d transport %s algo_requested %s chunk %llu backend %s device %s "
+        printf("# hosts %d transport %s algo_requested %s chunk %llu backend %s device %s%s "
                "blocking: %s (-z %d)\n",
                m->hosts, m->transport, m->algo_requested, (unsigned long long)m->chunk_size,
-               m->backend, m->device,
+               m->backend, m->device, m->registered ? " registered (-R 1)" : "",
                b->gpu == NULL    ? "always"
                : b->opt.blocking ? "sync after each call"
                                  : "sync after the loop",
@@ -309,6 +310,14 @@ int main(int argc, char **argv)
                b.res.wrong_total == 0 ? "OK" : "FAILED");
         printf("# Avg bus bandwidth    : %g\n#\n",
                b.res.busbw_count > 0 ? b.res.busbw_sum / b.res.busbw_count : 0.0);
+        if (b.opt.registered) {
+            /* What shows that the calls read their peers' buffers in place. */
+            uint64_t calls = 0, bytes = 0;
+            (void)chorus_mem_stats(b.comm, &calls, &bytes);
+            printf("# Registered memory    : rank 0: %llu calls read every peer's buffer in "
+                   "place, %.3g GB read from peers' buffers\n#\n", (unsigned long long)calls,
+                   (double)bytes / 1e9);
+        }
         fflush(stdout);
         if (write_reports(&b) != 0) rc = 1;
     }

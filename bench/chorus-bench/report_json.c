@@ -53,6 +53,7 @@ static json_t *meta_json(const meta_t *m)
     bad |= set(opt, "check", json_boolean(m->check));
     bad |= set(opt, "average", json_integer(m->avg_mode));
     bad |= set(opt, "blocking", json_integer(m->blocking));
+    bad |= set(opt, "registered", json_integer(m->registered));
     bad |= set(o, "ranks", json_integer(m->ranks));
     bad |= set(o, "hosts", json_integer(m->hosts));
     bad |= set(o, "transport", json_string(m->transport));

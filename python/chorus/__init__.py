@@ -10,7 +10,8 @@
 
 Buffers are numpy arrays or CPU torch tensors, contiguous, never copied. Errors raise
 ChorusError (``.status``, ``.status_name``, ``.message``). ``import chorus.torch``
-registers the "chorus" backend of torch.distributed.
+registers the "chorus" backend of torch.distributed. ``chorus.empty(shape, dtype, comm)``
+gives an array in registered memory, which the ranks of a host read in place.
 
 The library is libchorus (found as described in chorus._lib).
 """
@@ -23,9 +24,10 @@ from ._core import (  # noqa: F401
     Comm,
     Request,
     build_info,
+    empty,
 )
 from ._lib import path as library_path  # noqa: F401
 
 __all__ = ["Comm", "Request", "ChorusError", "build_info", "library_path", "DTYPES", "OPS",
-           "ANY_SOURCE"]
+           "ANY_SOURCE", "empty"]
 __version__ = "0.1.0"

@@ -268,6 +268,11 @@ class _SourceRequest(Request):
         super().wait()
         return self._result.value
 
+def empty(shape, dtype, comm):
+    """Collective over comm: an array in registered memory (see Comm.empty)."""
+    return comm.empty(shape, dtype)
+
+
 class Comm:
     """A Chorus communicator.
 
@@ -282,6 +287,7 @@ class Comm:
     """
 
     def __init__(self, nranks=None, uid=None, rank=None, _handle=None):
+        self._windows = {}  # empty()'s memory by address, freed by free() or destroy()
         self._h = _lib.c_comm()
         if _handle is not None:
             self._h = _handle
@@ -348,6 +354,7 @@ class Comm:
                 lib.chorus_comm_destroy(self._h)
                 _reap()  # its dropped requests are complete now (ABORTED if they were not)
         self._h = _lib.c_comm()
+        self._windows = {}  # destroy freed them
 
     def __enter__(self):
         return self
@@ -361,6 +368,63 @@ class Comm:
             self.destroy()
         except Exception:
             pass
+
+    # ---- registered memory ----
+
+    def empty(self, shape, dtype="float32"):
+        """Collective: an uninitialised array in registered memory (chorus_mem_alloc), which
+        the ranks of this host read in place in collectives: each byte is copied once.
+
+        Every rank calls it with the same shape and dtype, in the same order as its other
+        empty() calls. dtype is a numpy dtype or name (a numpy array comes back), or a torch
+        dtype (a CPU tensor comes back; bfloat16 too). The memory lives until
+        ``comm.free(array)`` (collective) or the communicator's destroy(); views of it must
+        not outlive either.
+        """
+        import math
+
+        dims = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+        if any(d < 0 for d in dims):
+            raise ValueError(f"chorus: empty: shape {shape} has a negative dimension")
+        torch_dtype = dtype if str(dtype).startswith("torch.") else None
+        if torch_dtype is not None:
+            import torch
+
+            itemsize = torch.empty((), dtype=torch_dtype).element_size()
+        else:
+            import numpy as np
+
+            itemsize = np.dtype(dtype).itemsize
+        nbytes = max(1, math.prod(dims) * itemsize)
+        ptr = ctypes.c_void_p()
+        _check(lib.chorus_mem_alloc(self._handle(), nbytes, ctypes.byref(ptr)))
+        raw = (ctypes.c_uint8 * nbytes).from_address(ptr.value)
+        self._windows[ptr.value] = raw
+        if torch_dtype is not None:
+            import torch
+
+            return torch.frombuffer(raw, dtype=torch_dtype, count=math.prod(dims)).view(dims)
+        import numpy as np
+
+        return np.frombuffer(raw, dtype=dtype, count=math.prod(dims)).reshape(dims)
+
+    def free(self, array):
+        """Collective: frees what empty() returned (every rank frees its own, of the same
+        empty() call). The array and its views must not be used afterwards."""
+        ptr = array.data_ptr() if hasattr(array, "data_ptr") else \
+            array.__array_interface__["data"][0]
+        if ptr not in self._windows:
+            raise ValueError("chorus: free: not an array that empty() returned on this Comm "
+                             "(or freed already)")
+        _check(lib.chorus_mem_free(self._handle(), ctypes.c_void_p(ptr)))
+        del self._windows[ptr]
+
+    def mem_stats(self):
+        """(calls that read every peer's buffer in place, bytes read from peers' registered
+        buffers) on this rank since the Comm was made (chorus_mem_stats)."""
+        calls, nbytes = ctypes.c_uint64(), ctypes.c_uint64()
+        _check(lib.chorus_mem_stats(self._handle(), ctypes.byref(calls), ctypes.byref(nbytes)))
+        return calls.value, nbytes.value
 
     # ---- calls ----
 

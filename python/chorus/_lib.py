@@ -96,6 +96,11 @@ _declare("chorus_alltoallv", _st, _vp, _vp, _SZ, _SZ, _SZ, _SZ, _i, c_comm, _vp)
 _declare("chorus_send", _st, _vp, _sz, _i, _i, c_comm, _vp)
 _declare("chorus_recv", _st, _vp, _sz, _i, _i, c_comm, _vp)
 _declare("chorus_barrier", _st, c_comm)
+# Registered memory.
+_declare("chorus_mem_alloc", _st, c_comm, _sz, ctypes.POINTER(_vp))
+_declare("chorus_mem_free", _st, c_comm, _vp)
+_declare("chorus_mem_stats", _st, c_comm, ctypes.POINTER(ctypes.c_uint64),
+         ctypes.POINTER(ctypes.c_uint64))
 # Nonblocking.
 _R = ctypes.POINTER(c_req)
 _declare("chorus_iallreduce", _st, _vp, _vp, _sz, _i, _i, c_comm, _R)

@@ -297,6 +297,35 @@ if n > 1:
     comm.barrier()  # the others keep c3 open until rank 0's request has ended
     c3.destroy()
 
+# Registered memory (issue 38): chorus.empty gives an array the ranks of the host read in
+# place; an allreduce on it equals the plain path's result, and on 2+ ranks (the arena)
+# the stats show that it read its peers' buffers in place. Then free() and its errors.
+big = 1 << 17  # 512 KiB of float32: past the arena's flat path
+dt_reg = torch.float32 if KIND == "torch" else "float32"
+reg = chorus.empty((2, big), dt_reg, comm)
+check(tuple(reg.shape) == (2, big), f"empty's shape {tuple(reg.shape)}")
+for i in range(0, big, 4099):
+    reg[0, i] = float(value(rank, i))
+    reg[1, i] = 0.0
+plain = arr([0.0] * big, "float32")
+for i in range(0, big, 4099):
+    plain[i] = float(value(rank, i))
+calls0, bytes0 = comm.mem_stats()
+comm.allreduce(reg[0], reg[1])
+calls1, bytes1 = comm.mem_stats()
+comm.allreduce(plain)
+same = all(float(reg[1, i]) == float(plain[i]) for i in range(0, big, 4099))
+check(same, "an allreduce on registered memory equals the plain path's")
+check(float(reg[1, 0]) == float(sum(value(r, 0) for r in range(n))), "registered allreduce sum")
+if n > 1:
+    check(calls1 == calls0 + 1 and bytes1 > bytes0,
+          f"the registered allreduce read its peers' buffers in place ({calls0}->{calls1})")
+comm.free(reg)
+raises(lambda: comm.free(reg), ValueError, "a second free refused")
+raises(lambda: comm.free(plain), ValueError, "free of an array empty() did not return")
+raises(lambda: chorus.empty((-1,), dt_reg, comm), ValueError, "negative shape refused")
+extra = chorus.empty(16, dt_reg, comm)  # left for destroy() to free
+
 check(chorus.build_info().startswith("chorus "), "build_info")
 comm.destroy()
 print(f"rank {rank} ({KIND}): {PASSED} passed, {FAILED} failed", flush=True)
