@@ -509,6 +509,13 @@ chorus_status_t chorus_request_free(chorus_request_t *req_p)
 
 /* ---- Draining and the end ---- */
 
+int chorus__async_inflight(chorus_comm_t comm)
+{
+    chorus_async_t *as = comm->async;
+
+    return as == NULL ? 0 : atomic_load_explicit(&as->inflight, memory_order_acquire);
+}
+
 void chorus__async_drain(chorus_comm_t comm)
 {
     chorus_async_t *as = comm->async;

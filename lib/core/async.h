@@ -51,6 +51,8 @@ chorus_status_t chorus__async_done_request(chorus_comm_t comm, chorus_request_t 
 
 /* Queues the open batch and waits until the progress thread has run everything queued
  * (a no-op when the comm never had a nonblocking call). Not from the progress thread. */
+/* Nonblocking operations queued or running on the comm. */
+int chorus__async_inflight(chorus_comm_t comm);
 void chorus__async_drain(chorus_comm_t comm);
 
 /* Drains, stops and joins the progress thread and frees the comm's queue (destroy). */

@@ -7,6 +7,7 @@
 #include "core/comm.h"
 
 #include "arena/arena.h"
+#include "core/async.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -66,6 +67,10 @@ chorus_status_t chorus_mem_free(chorus_comm_t comm, void *ptr)
     if (ptr == NULL)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: mem_free: ptr is NULL",
                              comm->rank);
+    if (chorus__async_inflight(comm) > 0)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: mem_free: %d nonblocking "
+                             "operation(s) in flight on this communicator may use %p: wait for "
+                             "them first", comm->rank, chorus__async_inflight(comm), ptr);
     if (comm->arena != NULL) return chorus__arena_win_free(comm->arena, comm->bs, ptr);
     for (int i = 0; i < comm->nmem_blocks; i++) {
         if (comm->mem_blocks[i].ptr != ptr) continue;

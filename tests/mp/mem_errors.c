@@ -7,6 +7,8 @@
  *   - bad input is CHORUS_ERR_INVALID_ARGUMENT naming the rank and the call, and changes
  *     nothing: a NULL comm, pointer or ptr_p, 0 bytes, a pointer that chorus_mem_alloc did
  *     not return (malloc'd memory, a pointer inside a window), and a second free;
+ *   - a free while a nonblocking call on the comm is in flight is CHORUS_ERR_INVALID_ARGUMENT
+ *     (rank 0 posts an iallreduce the others join 0.3 s later), and the window stays good;
  *   - ranks asking different sizes all get CHORUS_ERR_MISMATCH, and the communicator still
  *     works afterwards (the next alloc and an allreduce on it succeed);
  *   - chorus_mem_stats counts a collective that read every peer's window (on 2 or more
@@ -107,6 +109,19 @@ int main(void)
     expect_err(rank, chorus_mem_free(comm, a), CHORUS_ERR_INVALID_ARGUMENT, "mem_free",
                __LINE__);
 
+    /* A free while a nonblocking call is in flight. */
+    if (n > 1) {
+        chorus_request_t req;
+        mp_die_on_error(chorus_mem_alloc(comm, 4096, &a), comm, rank, "chorus_mem_alloc");
+        if (rank != 0) usleep(300000);
+        mp_die_on_error(chorus_iallreduce(a, a, 64, CHORUS_INT32, CHORUS_SUM, comm, &req), comm,
+                        rank, "iallreduce");
+        if (rank == 0)
+            expect_err(rank, chorus_mem_free(comm, a), CHORUS_ERR_INVALID_ARGUMENT, "mem_free",
+                       __LINE__);
+        mp_die_on_error(chorus_wait(&req), comm, rank, "wait");
+        mp_die_on_error(chorus_mem_free(comm, a), comm, rank, "chorus_mem_free after the wait");
+    }
     /* Ranks that disagree about the size (with 2 or more ranks and the arena). */
     if (n > 1 && getenv("CHORUS_ARENA") == NULL) {
         chorus_status_t st = chorus_mem_alloc(comm, rank == 0 ? 8192 : 4096, &b);
