@@ -26,6 +26,9 @@
 # same ranks moving a ring allreduce's bytes over loopback tcp with plain sockets, no library
 # and no reduction, so it bounds every library's ring busbw over loopback tcp on this
 # machine; "chorus/ceil" is Chorus's busbw over it (1.00 would be the kernel's limit).
+# -R puts Chorus's buffers in registered memory (chorus-bench -R 1, issue 38), as
+# nccl-tests' -R; the peers' buffers stay plain malloc (Open MPI's vader copies them once
+# with cross memory attach or its own single-copy mechanism where it has one).
 # -g lists Gloo's allreduce algorithms to run (GLOO_BENCH_ALGO of gloo-bench: ring, bcube,
 # ring_chunked, halving_doubling, bcube_legacy); default ring for shm, all five for tcp.
 # With more than one, the Gloo columns of allreduce are each size's fastest algorithm, named
@@ -78,13 +81,15 @@ colls="allreduce allgather"
 repeat=1
 outdir=
 transport=shm
+registered=0
 gloo_algos=""
 
 usage() {
     cat >&2 <<EOF
 usage: $0 [-t shm|tcp] [-n "2 4 8"] [-b 8] [-e 64M] [-f 4] [-c "allreduce allgather"]
-          [-g "gloo algorithms"] [-r 1] [-o DIR]
+          [-g "gloo algorithms"] [-r 1] [-o DIR] [-R]
   -t  transport (shm: Chorus shm, Open MPI vader; tcp: both on loopback tcp)
+  -R  Chorus's buffers in registered memory (chorus-bench -R 1)
   -n  rank counts          -b/-e  smallest/largest size (K M G)   -f  size factor
   -c  collectives: allreduce allgather reduce_scatter broadcast reduce alltoall barrier
       gather scatter allgatherv reduce_scatterv alltoallv, or all
@@ -96,9 +101,10 @@ EOF
     exit 2
 }
 
-while getopts t:n:b:e:f:c:g:r:o:h opt; do
+while getopts t:n:b:e:f:c:g:r:o:Rh opt; do
     case $opt in
     t) transport=$OPTARG ;;
+    R) registered=1 ;;
     g) gloo_algos=$OPTARG ;;
     n) ranks=$OPTARG ;;
     b) min=$OPTARG ;;
@@ -246,6 +252,8 @@ run() {
         else
             set -- "$BUILD/bin/chorusrun" -n "$n" -- "$BUILD/bin/chorus-bench"
         fi
+        # -R: Chorus's buffers in registered memory (chorus-bench -R 1); the peers' as ever.
+        [ "$registered" -eq 1 ] && set -- "$@" -R 1
         ;;
     ompi) set -- "$MPIRUN" $MPIRUN_ARGS -np "$n" "$BUILD/bin/ompi-bench" ;;
     gloo-*)

@@ -183,6 +183,11 @@ typedef struct {
     results_t res;
 } bench_t;
 
+/* ---- membw.c ---- */
+/* -R: measures the memory bandwidth of all ranks copying at once (collective) and prints,
+ * on rank 0, the bound it sets on each out-of-place row and the fraction reached. */
+void bench_membw_report(bench_t *b);
+
 /* ---- args.c ---- */
 extern const char *const bench_algo_names[BENCH_NALGOS];
 const char *bench_coll_name(coll_t coll);
