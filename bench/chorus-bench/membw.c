@@ -5,7 +5,7 @@
  * at once, as the ranks of a collective do) and, for each row timed out of place, prints the
  * busbw the bound allows and the fraction of it the row reached.
  *
- * The model (docs/bench.md has the derivation): a memcpy of X bytes reads X and writes X,
+ * The model (bench/README.md, "Registered memory", has the derivation): a memcpy of X bytes reads X and writes X,
  * so the ranks' copies together give a traffic rate M = 2 x (bytes copied per second, all
  * ranks). A call whose single-copy path reads and writes T bytes in all (every rank
  * together) takes at least T / M. With B the row's bytes (nccl-tests' convention) and n
