@@ -71,3 +71,61 @@ if BACKEND.upper() not in _dist.Backend._plugins:
         _dist.Backend.register_backend(BACKEND, _create, extended_api=True)
 
 build_info = _torch_ext.build_info
+
+
+def _backend(group):
+    """The chorus ProcessGroupChorus behind group (None: the default group)."""
+    import torch
+
+    pg = group if group is not None else _dist.group.WORLD
+    if pg is None:
+        raise RuntimeError("chorus.torch: no default process group (init_process_group first)")
+    be = pg._get_backend(torch.device("cpu")) if hasattr(pg, "_get_backend") else pg
+    if not hasattr(be, "mem_alloc"):
+        raise RuntimeError(f"chorus.torch: the group's backend is {type(be).__name__}, not "
+                           "chorus")
+    return be
+
+
+_windows = {}  # address -> (backend, tensor base), for free()
+
+
+def empty(shape, dtype=None, group=None):
+    """Collective over group (default: the default group): an uninitialised CPU tensor in
+    registered memory (chorus_mem_alloc), which the group's ranks on this host read in place
+    in collectives, so an allreduce of it copies each byte once. Every rank calls it with
+    the same shape and dtype, in the same order. It lives until free(tensor) (collective)
+    or the group's destruction; views of it must not outlive either."""
+    import ctypes
+    import math
+
+    import torch
+
+    dtype = dtype if dtype is not None else torch.get_default_dtype()
+    dims = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"chorus.torch.empty: shape {shape} has a negative dimension")
+    be = _backend(group)
+    count = math.prod(dims)
+    nbytes = max(1, count * torch.empty((), dtype=dtype).element_size())
+    ptr = be.mem_alloc(nbytes)
+    raw = (ctypes.c_uint8 * nbytes).from_address(ptr)
+    t = torch.frombuffer(raw, dtype=dtype, count=count).view(dims)
+    _windows[ptr] = (be, raw)
+    return t
+
+
+def free(tensor, group=None):
+    """Collective: frees what empty() returned (every rank its own, of the same call)."""
+    ptr = tensor.data_ptr()
+    if ptr not in _windows:
+        raise ValueError("chorus.torch.free: not a tensor that chorus.torch.empty returned (or "
+                         "freed already)")
+    be, _ = _windows.pop(ptr)
+    be.mem_free(ptr)
+
+
+def mem_stats(group=None):
+    """(calls that read every peer's buffer in place, bytes read from peers' registered
+    buffers) on this rank, for group's communicator (chorus_mem_stats)."""
+    return tuple(_backend(group).mem_stats())

@@ -115,6 +115,24 @@ class ProcessGroupChorus : public GroupBase {
         reproducible);
   }
 
+  // ---- registered memory (chorus_mem_alloc; chorus.torch.empty) ----
+
+  // Collective over the group: every rank asks the same bytes. The address, for a tensor
+  // made over it in Python; it lives until mem_free or the group's end.
+  uintptr_t mem_alloc(size_t bytes) {
+    void* p = nullptr;
+    check(chorus_mem_alloc(comm_, bytes, &p));
+    return reinterpret_cast<uintptr_t>(p);
+  }
+
+  void mem_free(uintptr_t ptr) { check(chorus_mem_free(comm_, reinterpret_cast<void*>(ptr))); }
+
+  std::pair<uint64_t, uint64_t> mem_stats() {
+    uint64_t calls = 0, bytes = 0;
+    check(chorus_mem_stats(comm_, &calls, &bytes));
+    return {calls, bytes};
+  }
+
   // ---- collectives ----
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -792,7 +810,14 @@ class ProcessGroupChorus : public GroupBase {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "The chorus backend of torch.distributed (registered by import chorus.torch)";
   py::class_<chorus_torch::ProcessGroupChorus, chorus_torch::GroupBase,
-             c10::intrusive_ptr<chorus_torch::ProcessGroupChorus>>(m, "ProcessGroupChorus");
+             c10::intrusive_ptr<chorus_torch::ProcessGroupChorus>>(m, "ProcessGroupChorus")
+      .def("mem_alloc", &chorus_torch::ProcessGroupChorus::mem_alloc, py::arg("bytes"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Collective: registered memory of this group's communicator (chorus_mem_alloc).")
+      .def("mem_free", &chorus_torch::ProcessGroupChorus::mem_free, py::arg("ptr"),
+           py::call_guard<py::gil_scoped_release>(), "Collective: chorus_mem_free.")
+      .def("mem_stats", &chorus_torch::ProcessGroupChorus::mem_stats,
+           "chorus_mem_stats: (single-copy calls, bytes read from peers' buffers).");
   m.def("create_process_group", &chorus_torch::ProcessGroupChorus::create, py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("reproducible") = -1,
         py::call_guard<py::gil_scoped_release>(),
