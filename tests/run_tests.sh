@@ -371,6 +371,9 @@ run_mp() {
     matrix 4 shm arena -- --registered all --large 400003
     matrix 3 shm arena CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 -- --registered odd \
         --large 100003
+    # In place from 16 MiB on 2 ranks: the one-shot in chunks (bfloat16 AVG of 18 MB).
+    matrix 2 shm arena -- --registered all --registered-bytes 268435456 --large 9000003 \
+        --large-colls allreduce --colls allreduce --counts 1
     full && matrix 8 shm arena -- --registered even --large 400003
     full && matrix 8 shm arena CHORUS_WIN_ONESHOT_MAX=0 -- --registered all --large 400003
     for n in 1 3; do
