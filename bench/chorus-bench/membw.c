@@ -17,8 +17,8 @@
  *   allreduce two-shot               (3n-1) B   a slice of each vector and its own slice
  *                                             out (B + B/n), then the others' slices in
  *                                             and out (2 (n-1) B / n)
- * allreduce takes the one-shot path up to CHORUS_WIN_ONESHOT_MAX (256 KiB) and on 2 ranks,
- * as the library does. The other collectives get no bound.
+ * allreduce takes the one-shot path up to CHORUS_WIN_ONESHOT_MAX (256 KiB; times 4 / n above
+ * 4 ranks) and on 2 ranks, as the library does. The other collectives get no bound.
  */
 #include "bench.h"
 
@@ -77,6 +77,7 @@ static double traffic_per_byte(coll_t coll, int n, uint64_t bytes)
     case COLL_BROADCAST: return 2.0 * n;
     case COLL_REDUCE_SCATTER: return n + 1.0;
     case COLL_ALLREDUCE:
+        if (n > 4) one_shot_max = one_shot_max * 4 / (size_t)n;
         if (n == 2 || bytes <= one_shot_max) return (double)n * (n + 1);
         return 3.0 * n - 1;
     default: return 0.0;

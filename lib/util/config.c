@@ -70,7 +70,7 @@ static const chorus_config_entry_t config_table[] = {
      "1: allgather, broadcast and alltoall read peers' buffers directly (process_vm_readv)"},
     {"CHORUS_WIN_ONESHOT_MAX", CHORUS_CFG_SIZE, "256K",
      "allreduce on registered memory: one-shot (every rank reduces every vector) up to this "
-     "size and on 2 ranks, two-shot above"},
+     "size (times 4/n above 4 ranks) and on 2 ranks, two-shot above"},
     {"CHORUS_ARENA_CMA_MIN", CHORUS_CFG_SIZE, "256K",
      "bytes per peer from which the arena reads peers' buffers directly"},
     {"CHORUS_TRACE", CHORUS_CFG_STRING, NULL,

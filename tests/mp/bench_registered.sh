@@ -33,7 +33,8 @@ check_bounds() {
         inb && $3 ~ /^[a-z_]+$/ && $4 ~ /^[0-9]+$/ {
             coll = $3; size = $4; busbw = $5; bound = $6; frac = $7
             if (coll == "allreduce") {
-                per = (n == 2 || size <= 262144) ? n * (n + 1) : 3 * n - 1
+                lim = n > 4 ? 262144 * 4 / n : 262144
+                per = (n == 2 || size <= lim) ? n * (n + 1) : 3 * n - 1
                 factor = 2 * (n - 1) / n
             } else if (coll == "reduce_scatter") { per = n + 1; factor = (n - 1) / n }
             else if (coll == "broadcast") { per = 2 * n; factor = 1 }
