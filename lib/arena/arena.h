@@ -117,8 +117,6 @@ chorus_status_t chorus__arena_win_alloc(chorus_arena_t *arena, struct chorus_boo
 /* Collective: every rank frees its own pointer of the same window. */
 chorus_status_t chorus__arena_win_free(chorus_arena_t *arena, struct chorus_bootstrap *bs,
                                        void *ptr);
-/* The index of the window ptr starts, or -1. */
-int chorus__arena_win_index(const chorus_arena_t *arena, const void *ptr);
 /* Collectives that read every peer's data straight from its window, and the bytes read
  * from windows, since the arena was made (0, 0 without an arena). */
 void chorus__arena_win_stats(const chorus_arena_t *arena, uint64_t *calls_p, uint64_t *bytes_p);

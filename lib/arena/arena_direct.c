@@ -156,16 +156,10 @@ static chorus_status_t direct_two_shot(chorus_arena_t *a, const void *send, void
     chorus_status_t status;
 
     direct_slice(a, count, esize, a->me, &b, &e);
+    /* Never in place (arena__direct_allreduce sends those elsewhere): the slice written
+     * here is no rank's source. */
     for (int r = 0; r < a->n; r++) a->srcs[r] = a->wsrc[r] + b * esize;
     a->srcs[a->me] = (const uint8_t *)send + b * esize;
-    /* In place, my slice of recvbuf is my slice of sendbuf, and the kernel lets its
-     * destination alias only its first source: the others read a private copy of mine. */
-    if (send == recv && a->me != 0 && e > b) {
-        status = direct_scratch(a, (e - b) * esize, what);
-        if (status != CHORUS_SUCCESS) return status;
-        memcpy(a->tmp, a->srcs[a->me], (e - b) * esize);
-        a->srcs[a->me] = a->tmp;
-    }
     if (e > b) {
         status = direct_reduce(a, out + b * esize, e - b, dtype, op, what);
         if (status != CHORUS_SUCCESS) return status;

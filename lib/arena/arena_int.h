@@ -231,6 +231,12 @@ void arena__layout(uint32_t nlocal, uint64_t flat_slot, uint64_t chunk, uint64_t
                    uint64_t *flat_off_p, uint64_t *stage_off_p, uint64_t *res_off_p,
                    uint64_t *total_p);
 
+/* Opens the shared memory object name, checks that only this user can touch it and that
+ * its size is in [min, max], and maps it whole (populate: fault it in now). what names the
+ * object in messages ("arena: segment"). */
+chorus_status_t arena__shm_map(const char *name, size_t min, size_t max, int populate,
+                               int rank, const char *what, void **base_p, size_t *size_p);
+
 /* ---- arena_cma.c ---- */
 
 /* Nonzero when this process can read `peer`'s memory with process_vm_readv (cross memory

@@ -231,44 +231,56 @@ static chorus_status_t arena_seg_check(const chorus_arena_params_t *p, const are
     return CHORUS_SUCCESS;
 }
 
+chorus_status_t arena__shm_map(const char *name, size_t min, size_t max, int populate,
+                               int rank, const char *what, void **base_p, size_t *size_p)
+{
+    struct stat st;
+    void *base;
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+
+    if (fd < 0)
+        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "rank %d: %s: shm_open(%s)", rank,
+                                   what, name);
+    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0 ||
+        (uint64_t)st.st_size < min || (uint64_t)st.st_size > max) {
+        close(fd);
+        return chorus__error(CHORUS_ERR_AUTH, "rank %d: %s: %s is not private to this user or "
+                             "has a bad size", rank, what, name);
+    }
+    base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+                MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "rank %d: %s: mmap(%s)", rank, what,
+                                   name);
+    *base_p = base;
+    *size_p = (size_t)st.st_size;
+    return CHORUS_SUCCESS;
+}
+
 /* Other local ranks: open, check that only our user can touch it, map, verify. */
 static chorus_status_t arena_seg_attach(chorus_arena_t *a, const chorus_arena_params_t *p,
                                         const arena_block_t *owner)
 {
     chorus_status_t status;
-    struct stat st;
+    size_t size;
     void *base;
-    int fd;
 
     if (strnlen(owner->name, ARENA_NAME_MAX) == ARENA_NAME_MAX ||
         strncmp(owner->name, ARENA_NAME_PREFIX, strlen(ARENA_NAME_PREFIX)) != 0 ||
         strchr(owner->name + 1, '/') != NULL)
         return chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: bad segment name from rank %d",
                              p->rank, owner->rank);
-    fd = shm_open(owner->name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0)
-        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "rank %d: arena: shm_open(%s)",
-                                   p->rank, owner->name);
-    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0 ||
-        (uint64_t)st.st_size < sizeof(arena_hdr_t) ||
-        (uint64_t)st.st_size > ((uint64_t)1 << 40)) {
-        close(fd);
-        return chorus__error(CHORUS_ERR_AUTH, "rank %d: arena: segment %s is not private to this "
-                             "user or has a bad size", p->rank, owner->name);
-    }
-    base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-                0);
-    close(fd);
-    if (base == MAP_FAILED)
-        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "rank %d: arena: mmap(%s)", p->rank,
-                                   owner->name);
-    status = arena_seg_check(p, base, (size_t)st.st_size, owner->pid, owner->name);
+    status = arena__shm_map(owner->name, sizeof(arena_hdr_t), (size_t)1 << 40, 1, p->rank,
+                            "arena: segment", &base, &size);
+    if (status != CHORUS_SUCCESS) return status;
+    status = arena_seg_check(p, base, size, owner->pid, owner->name);
     if (status != CHORUS_SUCCESS) {
-        munmap(base, (size_t)st.st_size);
+        munmap(base, size);
         return status;
     }
     a->base = base;
-    a->size = (size_t)st.st_size;
+    a->size = size;
     return CHORUS_SUCCESS;
 }
 

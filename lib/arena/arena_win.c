@@ -134,34 +134,21 @@ static chorus_status_t win_attach(const chorus_arena_t *a, const uint8_t *secret
                                   int r, const win_block_t *b, uint32_t id, size_t bytes,
                                   uint8_t **base_p)
 {
-    size_t map = win_map_bytes(bytes);
+    size_t map = win_map_bytes(bytes), size;
     const win_hdr_t *h;
     uint8_t token[32];
-    struct stat st;
+    char what[64];
+    chorus_status_t status;
     void *base;
-    int fd;
 
     if (strnlen(b->name, ARENA_NAME_MAX) == ARENA_NAME_MAX ||
         strncmp(b->name, WIN_NAME_PREFIX, strlen(WIN_NAME_PREFIX)) != 0 ||
         strchr(b->name + 1, '/') != NULL)
         return chorus__error(CHORUS_ERR_REMOTE, "rank %d: mem_alloc: bad window name from rank %d",
                              a->rank, a->ranks[r]);
-    fd = shm_open(b->name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0)
-        return chorus__error_errno(CHORUS_ERR_SYSTEM, errno, "rank %d: mem_alloc: shm_open(%s) "
-                                   "of rank %d", a->rank, b->name, a->ranks[r]);
-    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0 ||
-        (uint64_t)st.st_size != map) {
-        close(fd);
-        return chorus__error(CHORUS_ERR_AUTH, "rank %d: mem_alloc: rank %d's window %s is not "
-                             "private to this user or has a bad size", a->rank, a->ranks[r],
-                             b->name);
-    }
-    base = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (base == MAP_FAILED)
-        return chorus__error_errno(CHORUS_ERR_NO_MEMORY, errno, "rank %d: mem_alloc: mmap(%s)",
-                                   a->rank, b->name);
+    snprintf(what, sizeof what, "mem_alloc: rank %d's window", a->ranks[r]);
+    status = arena__shm_map(b->name, map, map, 0, a->rank, what, &base, &size);
+    if (status != CHORUS_SUCCESS) return status;
     h = base;
     if (h->magic != WIN_MAGIC || h->comm_id != comm_id || h->id != id || h->bytes != bytes ||
         h->rank != (uint32_t)r || win_token(secret, h, token) != CHORUS_SUCCESS ||
@@ -264,7 +251,8 @@ out:
     return CHORUS_SUCCESS;
 }
 
-int chorus__arena_win_index(const chorus_arena_t *a, const void *ptr)
+/* The index of the window ptr starts, or -1. */
+static int win_index(const chorus_arena_t *a, const void *ptr)
 {
     for (int i = 0; i < a->nwins; i++) {
         if (a->wins[i].base[a->me] == ptr) return i;
@@ -275,7 +263,7 @@ int chorus__arena_win_index(const chorus_arena_t *a, const void *ptr)
 chorus_status_t chorus__arena_win_free(chorus_arena_t *a, struct chorus_bootstrap *bs, void *ptr)
 {
     int32_t *ids;
-    int i = chorus__arena_win_index(a, ptr);
+    int i = win_index(a, ptr);
     chorus_status_t status;
 
     if (i < 0)

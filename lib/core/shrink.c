@@ -184,20 +184,9 @@ static void *sk_watch(void *arg)
     while (!atomic_load(&s->watch_stop)) {
         struct pollfd *pfds = s->pfds;
         int *who = s->who;
-        nfds_t nf = 0;
+        nfds_t nf;
         shrink__accept(s);
-        for (int p = 0; p < s->n; p++) {
-            sk_peer_t *pp = &s->peers[p];
-            if (pp->dead) continue;
-            if (pp->out_fd >= 0 && pp->out_state == SK_READY) {
-                pfds[nf] = (struct pollfd){.fd = pp->out_fd, .events = POLLIN};
-                who[nf++] = p;
-            }
-            if (pp->in_fd >= 0) {
-                pfds[nf] = (struct pollfd){.fd = pp->in_fd, .events = POLLIN};
-                who[nf++] = ~p;
-            }
-        }
+        nf = shrink__poll_set(s, 1);
         if (poll(pfds, nf, 10) <= 0) continue;
         for (nfds_t i = 0; i < nf; i++) {
             int p = who[i] < 0 ? ~who[i] : who[i], k = who[i] < 0;

@@ -124,6 +124,9 @@ const uint8_t *shrink__frame_at(const sk_peer_t *pp, int k, size_t off, size_t m
 size_t shrink__frame_max(const shrink_t *s);
 /* Feeds p's whole frames on link k to the agreement. */
 void shrink__dispatch(shrink_t *s, int p, int k);
+/* Fills s->pfds and s->who (peer p's link opened by us as p, by it as ~p) with the live
+ * links (ready_only: ours only once authenticated); returns their number. */
+nfds_t shrink__poll_set(shrink_t *s, int ready_only);
 /* One look at every connection, waiting up to wait_ms: accepts, connects, reads. */
 void shrink__poll(shrink_t *s, int wait_ms);
 /* Starts the acceptor thread (sk_free in shrink.c stops it). */

@@ -292,12 +292,32 @@ void shrink__dispatch(shrink_t *s, int p, int k)
     }
 }
 
+nfds_t shrink__poll_set(shrink_t *s, int ready_only)
+{
+    nfds_t nf = 0;
+
+    for (int p = 0; p < s->n; p++) {
+        sk_peer_t *pp = &s->peers[p];
+        if (pp->dead) continue;
+        if (pp->out_fd >= 0 && (!ready_only || pp->out_state == SK_READY)) {
+            short ev = pp->out_state == SK_CONNECTING ? POLLOUT : POLLIN;
+            s->pfds[nf] = (struct pollfd){.fd = pp->out_fd, .events = ev};
+            s->who[nf++] = p;
+        }
+        if (pp->in_fd >= 0) {
+            s->pfds[nf] = (struct pollfd){.fd = pp->in_fd, .events = POLLIN};
+            s->who[nf++] = ~p;
+        }
+    }
+    return nf;
+}
+
 /* One look at every connection: accepts, connects, reads. */
 void shrink__poll(shrink_t *s, int wait_ms)
 {
     struct pollfd *pfds = s->pfds;
     int *who = s->who;
-    nfds_t nf = 0;
+    nfds_t nf;
 
     shrink__accept(s);
     for (int p = 0; p < s->n; p++) {
@@ -313,19 +333,7 @@ void shrink__poll(shrink_t *s, int wait_ms)
         }
         if (pp->plen > 0 && pp->refused_ns == 0) shrink__flush_peer(s, p);
     }
-    for (int p = 0; p < s->n; p++) {
-        sk_peer_t *pp = &s->peers[p];
-        if (pp->dead) continue;
-        if (pp->out_fd >= 0) {
-            short ev = pp->out_state == SK_CONNECTING ? POLLOUT : POLLIN;
-            pfds[nf] = (struct pollfd){.fd = pp->out_fd, .events = ev};
-            who[nf++] = p;
-        }
-        if (pp->in_fd >= 0) {
-            pfds[nf] = (struct pollfd){.fd = pp->in_fd, .events = POLLIN};
-            who[nf++] = ~p;
-        }
-    }
+    nf = shrink__poll_set(s, 0);
     if (nf == 0 || poll(pfds, nf, wait_ms) <= 0) return;
     for (nfds_t i = 0; i < nf; i++) {
         int p = who[i] < 0 ? ~who[i] : who[i], k = who[i] < 0;

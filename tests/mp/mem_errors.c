@@ -18,17 +18,7 @@
  */
 #include "mp/mp_common.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                                      \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            printf("[%d] FAIL line %d: ", rank, __LINE__);                                     \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-            failures++;                                                                        \
-        }                                                                                      \
-    } while (0)
+static int g_rank, g_fail; /* mp_common.h's CHECK */
 
 /* st is `want`, and the message names this rank and `call`. */
 static void expect_err(int rank, chorus_status_t st, chorus_status_t want, const char *call,
@@ -38,9 +28,9 @@ static void expect_err(int rank, chorus_status_t st, chorus_status_t want, const
     snprintf(me, sizeof me, "rank %d", rank);
     if (st != want || strstr(chorus_last_error(), call) == NULL ||
         (strstr(chorus_last_error(), me) == NULL && strstr(chorus_last_error(), "comm is") == NULL)) {
-        printf("[%d] FAIL line %d: %s: status %s (want %s), message \"%s\"\n", rank, line, call,
-               chorus_status_string(st), chorus_status_string(want), chorus_last_error());
-        failures++;
+        printf("FAIL rank %d line %d: %s: status %s (want %s), message \"%s\"\n", rank, line,
+               call, chorus_status_string(st), chorus_status_string(want), chorus_last_error());
+        g_fail = 1;
     }
 }
 
@@ -55,6 +45,7 @@ int main(void)
     const size_t count = 1 << 18; /* 1 MiB of int32: past the arena's flat path */
 
     setvbuf(stdout, NULL, _IOLBF, 0);
+    g_rank = rank;
     /* Arguments. */
     expect_err(rank, chorus_mem_alloc(NULL, 4096, &a), CHORUS_ERR_INVALID_ARGUMENT, "mem_alloc",
                __LINE__);
@@ -72,7 +63,7 @@ int main(void)
     /* A good window: its size, alignment, contents, an allreduce on it, a free. */
     mp_die_on_error(chorus_mem_alloc(comm, 2 * count * sizeof(int32_t), &a), comm, rank,
                     "chorus_mem_alloc");
-    EXPECT(((uintptr_t)a & 4095) == 0, "window %p is not page-aligned", a);
+    CHECK(((uintptr_t)a & 4095) == 0, "window %p is not page-aligned", a);
     v = a;
     for (size_t i = 0; i < 2 * count; i++) v[i] = (int32_t)(rank + 1 + (int)(i % 5));
     mp_die_on_error(chorus_mem_stats(comm, &calls0, &bytes0), comm, rank, "chorus_mem_stats");
@@ -81,13 +72,13 @@ int main(void)
     for (size_t i = 0; i < count; i++) {
         int32_t want = (int32_t)(n * (n + 1) / 2 + n * (int)(i % 5));
         if (v[count + i] != want) {
-            EXPECT(0, "allreduce element %zu: %d, not %d", i, v[count + i], want);
+            CHECK(0, "allreduce element %zu: %d, not %d", i, v[count + i], want);
             break;
         }
     }
     mp_die_on_error(chorus_mem_stats(comm, &calls1, &bytes1), comm, rank, "chorus_mem_stats");
     if (n > 1 && getenv("CHORUS_ARENA") == NULL)
-        EXPECT(calls1 == calls0 + 1 && bytes1 > bytes0,
+        CHECK(calls1 == calls0 + 1 && bytes1 > bytes0,
                "the allreduce on registered buffers did not read its peers' windows (%llu -> "
                "%llu calls, %llu -> %llu bytes)", (unsigned long long)calls0,
                (unsigned long long)calls1, (unsigned long long)bytes0, (unsigned long long)bytes1);
@@ -98,7 +89,7 @@ int main(void)
         mp_die_on_error(chorus_allreduce(s, r, count, CHORUS_INT32, CHORUS_SUM, comm, NULL),
                         comm, rank, "allreduce off the window");
         mp_die_on_error(chorus_mem_stats(comm, &calls2, &bytes2), comm, rank, "mem_stats");
-        EXPECT(calls2 == calls1 && bytes2 == bytes1,
+        CHECK(calls2 == calls1 && bytes2 == bytes1,
                "an allreduce of unregistered buffers counted as single copy");
         free(s);
         free(r);
@@ -126,7 +117,7 @@ int main(void)
     if (n > 1 && getenv("CHORUS_ARENA") == NULL) {
         chorus_status_t st = chorus_mem_alloc(comm, rank == 0 ? 8192 : 4096, &b);
         expect_err(rank, st, CHORUS_ERR_MISMATCH, "mem_alloc", __LINE__);
-        EXPECT(b == NULL, "a failed mem_alloc left *ptr_p at %p", b);
+        CHECK(b == NULL, "a failed mem_alloc left *ptr_p at %p", b);
     }
     /* The communicator still works: a window of the same size everywhere, a collective. */
     mp_die_on_error(chorus_mem_alloc(comm, 4096, &a), comm, rank, "chorus_mem_alloc after");
@@ -135,7 +126,7 @@ int main(void)
     mp_die_on_error(chorus_mem_free(comm, a), comm, rank, "chorus_mem_free after");
     {
         int all = 0;
-        mp_die_on_error(chorus_allreduce(&failures, &all, 1, CHORUS_INT32, CHORUS_SUM, comm, NULL),
+        mp_die_on_error(chorus_allreduce(&g_fail, &all, 1, CHORUS_INT32, CHORUS_SUM, comm, NULL),
                         comm, rank, "the failure count");
         if (rank == 0) printf("mp_mem_errors: %d ranks: %d failure(s)\n", n, all);
         chorus_comm_destroy(comm);
