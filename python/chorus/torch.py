@@ -81,6 +81,11 @@ def _backend(group):
     if pg is None:
         raise RuntimeError("chorus.torch: no default process group (init_process_group first)")
     be = pg._get_backend(torch.device("cpu")) if hasattr(pg, "_get_backend") else pg
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the backend (torch 2.x: every backend) in a
+    # _ProcessGroupWrapper that checks collectives' shapes first; registered memory is
+    # the wrapped backend's.
+    while not hasattr(be, "mem_alloc") and hasattr(be, "wrapped_pg"):
+        be = be.wrapped_pg
     if not hasattr(be, "mem_alloc"):
         raise RuntimeError(f"chorus.torch: the group's backend is {type(be).__name__}, not "
                            "chorus")
