@@ -135,12 +135,16 @@ chorus_status_t chorus_get_unique_id(chorus_unique_id_t *id_p);
 
 /* Collective over nranks processes: joins rank `rank` to the communicator named by id.
  * Blocks until every rank has joined and all connections are authenticated, or until
- * CHORUS_TIMEOUT passes. On success *comm_p is set; on failure it is left untouched. */
+ * CHORUS_TIMEOUT passes. On success *comm_p is set; on failure it is left untouched. A
+ * rank that never comes: at its deadline (CHORUS_TIMEOUT where it runs) the root tells
+ * every rank that came which ranks did not, and each returns CHORUS_ERR_TIMEOUT naming
+ * them (a rank waits up to 2 s past its own deadline to hear it). */
 chorus_status_t chorus_comm_init(chorus_comm_t *comm_p, int nranks, const chorus_unique_id_t *id,
                                  int rank);
 
 /* Like chorus_comm_init, but takes rank, size, rendezvous address and secret from the
- * launcher that started the process, with nothing to set under the common ones:
+ * launcher that started the process, with nothing to set under the common ones (where rank
+ * 0 serves the rendezvous and never comes, the others' CHORUS_ERR_TIMEOUT says so):
  *   rank and size: the first found of CHORUS_RANK/CHORUS_WORLD_SIZE; torchrun's
  *     RANK/WORLD_SIZE; a PMIx server (mpirun, prterun, srun --mpi=pmix; in builds with
  *     libpmix); Open MPI's OMPI_COMM_WORLD_RANK/SIZE; Slurm's SLURM_PROCID and

@@ -468,6 +468,14 @@ run_mp() {
             done
         done
     done
+    # A start-up that never completes (issue 39, tests/mp/init_timeout.c): one rank never
+    # starts; every other rank's init returns CHORUS_ERR_TIMEOUT at the deadline, naming it,
+    # at chorusrun's root, at rank 0's (CHORUS_ROOT), and when rank 0, the root, is absent.
+    for spec in 4_3_ 4_0_--env 4_2_--env $(full && echo 8_5_ 2_1_--env); do
+        set -- $(echo "$spec" | tr _ ' ')
+        run_test "mp/init_timeout n=$1 absent=$2${3:+ $3}" env CHORUS_TIMEOUT=2 \
+            "$CHORUSRUN" -n "$1" --timeout 60 -- "$BUILD/tests/mp_init_timeout" --absent "$2" ${3:-}
+    done
     run_mp_nonblocking
     run_mp_tagged
     run_mp_coll_v

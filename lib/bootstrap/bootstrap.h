@@ -46,9 +46,14 @@ chorus_status_t chorus__bootstrap_new_id(const struct sockaddr_storage *listen_a
 chorus_status_t chorus__bootstrap_root_start(const chorus_unique_id_t *id, int any_addr);
 
 /* Who serves the root of an id from the environment (chorus__bootstrap_id_from_env). */
-#define CHORUS_BS_ROOT_NONE 0 /* another rank, chorusrun, or already running here (PMIx) */
-#define CHORUS_BS_ROOT_ADDR 1 /* this rank, on the id's address */
-#define CHORUS_BS_ROOT_ANY 2  /* this rank, on the id's port on every interface */
+#define CHORUS_BS_ROOT_NONE 0  /* chorusrun, or already running in rank 0 (PMIx) */
+#define CHORUS_BS_ROOT_ADDR 1  /* this rank, on the id's address */
+#define CHORUS_BS_ROOT_ANY 2   /* this rank, on the id's port on every interface */
+#define CHORUS_BS_ROOT_RANK0 3 /* rank 0, which starts it in its chorus_comm_init_env */
+
+/* Nonzero when this thread's last chorus__bootstrap_init found nobody listening at the
+ * root's address by its deadline (chorus_comm_init_env then names the rank that serves it). */
+int chorus__bootstrap_root_unreached(void);
 
 /* Reads the launcher environment (see chorus_comm_init_env in chorus.h): rank, size,
  * root address and secret, and builds the id every rank will agree on. *is_root_p says

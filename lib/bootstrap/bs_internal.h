@@ -92,6 +92,30 @@ typedef struct {
  * feeds it sequences of hellos. Free fds and table when done. */
 int chorus__bs_root_admit(chorus_bs_root_tab_t *tab, const chorus_bs_hello_t *h);
 
+/* The root's verdict at its deadline, sent instead of the table to every rank that came:
+ * "MISS", u32 nranks, u32 number of ranks that never came, then the first of them (at
+ * most CHORUS_BS_MISS_LIST, ascending), u32 each. A rank waits up to
+ * CHORUS_BS_VERDICT_GRACE_S past its own deadline to hear it, so that a rank started a
+ * little before the root still learns who is missing. */
+#define CHORUS_BS_MISS_LIST 16
+#define CHORUS_BS_MISS_MAX_BYTES (12 + 4 * CHORUS_BS_MISS_LIST)
+#define CHORUS_BS_VERDICT_GRACE_S 2.0
+
+/* Packs the verdict for tab (the ranks whose fds[] are -1); returns its length. */
+size_t chorus__bs_miss_pack(const chorus_bs_root_tab_t *tab, uint8_t out[CHORUS_BS_MISS_MAX_BYTES]);
+
+/* Reads the verdict's body (after "MISS" and nranks: u32 count, the listed ranks) from
+ * body/len for a communicator of nranks, and writes "N of M ranks came ...; never came:
+ * ranks a, b (and K more)" into text. CHORUS_ERR_REMOTE for a malformed verdict (a count
+ * past nranks, a list too short or too long, a rank out of range or out of order). */
+chorus_status_t chorus__bs_miss_describe(const uint8_t *body, size_t len, int nranks, char *text,
+                                         size_t cap);
+
+/* Waits (at most max_s) while a root thread of this process is still sending its verdict:
+ * a rank that heard it returns, and its process may exit, which would end the root thread
+ * before the other ranks heard it (under chorus_comm_init_env, rank 0 hosts the root). */
+void chorus__bs_root_verdicts_settle(double max_s);
+
 /* Starts the detached root service thread on listen_fd (which it then owns and closes,
  * also on failure) for the id described by info. */
 chorus_status_t chorus__bs_root_spawn(int listen_fd, const chorus_id_info_t *info);

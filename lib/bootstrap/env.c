@@ -483,7 +483,7 @@ chorus_status_t chorus__bootstrap_id_from_env(chorus_unique_id_t *id_p, int *ran
     OPENSSL_cleanse(&info, sizeof(info));
     /* A derived root binds every interface: the first host's name may resolve to
      * another address on that host (127.0.1.1 on Debian) than on the others. */
-    *is_root_p = l.rank != 0      ? CHORUS_BS_ROOT_NONE
+    *is_root_p = l.rank != 0      ? CHORUS_BS_ROOT_RANK0
                  : rk == ROOT_SLURM ? CHORUS_BS_ROOT_ANY
                                     : CHORUS_BS_ROOT_ADDR;
 done:

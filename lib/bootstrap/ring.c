@@ -154,29 +154,80 @@ static void ring_hello(const chorus_bootstrap_t *bs, uint32_t purpose,
     chorus__bs_hello_pack(&h, out);
 }
 
+/* Whether this thread's last meeting with the root found nobody listening by the deadline. */
+static _Thread_local int root_unreached;
+
+int chorus__bootstrap_root_unreached(void)
+{
+    return root_unreached;
+}
+
+/* The root gave up at its deadline: CHORUS_ERR_TIMEOUT naming the ranks that never came. */
+static chorus_status_t ring_read_verdict(int fd, const chorus_bootstrap_t *bs, const char *what)
+{
+    uint8_t body[CHORUS_BS_MISS_MAX_BYTES];
+    uint64_t until = chorus__deadline_after(1.0);
+    size_t len = 4;
+    char text[256];
+    uint32_t missing;
+    chorus_status_t status;
+
+    status = chorus__bs_exchange(-1, NULL, 0, fd, body, 4, until, bs->abort_flag, what);
+    if (status != CHORUS_SUCCESS) return status;
+    missing = chorus__bs_get32(body);
+    if (missing > 0 && missing < (uint32_t)bs->nranks) {
+        len += 4 * (size_t)(missing < CHORUS_BS_MISS_LIST ? missing : CHORUS_BS_MISS_LIST);
+        status = chorus__bs_exchange(-1, NULL, 0, fd, body + 4, len - 4, until, bs->abort_flag,
+                                     what);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    chorus__bs_root_verdicts_settle(1.0);
+    status = chorus__bs_miss_describe(body, len, bs->nranks, text, sizeof(text));
+    if (status != CHORUS_SUCCESS)
+        return chorus__error_context(status, "%s: the root's verdict", what);
+    return chorus__error(CHORUS_ERR_TIMEOUT, "timed out: %s", text);
+}
+
 /* Registers with the root and receives the address table (nranks packed addresses). */
 static chorus_status_t ring_meet_root(chorus_bootstrap_t *bs, const struct sockaddr_storage *me,
                                       uint64_t deadline_ns, uint8_t **table_p)
 {
     uint8_t hello[CHORUS_BS_HELLO_BYTES], head[8], *table;
     size_t len = (size_t)CHORUS_BS_ADDR_BYTES * bs->nranks;
-    char what[160], text[80];
+    const char *what = "the root"; /* the context below names its address */
+    char text[80];
+    uint64_t verdict_by = deadline_ns;
     chorus_status_t status;
     int fd;
 
-    snprintf(what, sizeof(what), "bootstrap: rank %d: root %s", bs->rank,
-             chorus__sock_addr_str(&bs->info.root_addr, text, sizeof(text)));
     table = malloc(len);
     if (table == NULL) return chorus__error(CHORUS_ERR_NO_MEMORY, "%s: address table", what);
-    CHORUS_CHECK_GOTO(chorus__sock_connect(&bs->info.root_addr, deadline_ns, bs->abort_flag, &fd),
-                      err_free);
+    root_unreached = 0;
+    status = chorus__sock_connect(&bs->info.root_addr, deadline_ns, bs->abort_flag, &fd);
+    if (status != CHORUS_SUCCESS) {
+        root_unreached = status == CHORUS_ERR_TIMEOUT;
+        goto err_free;
+    }
     ring_hello(bs, CHORUS_BS_PURPOSE_ROOT, me, hello);
     CHORUS_CHECK_GOTO(ring_wait_readable(fd, deadline_ns, bs->abort_flag, what), err_close);
     CHORUS_CHECK_GOTO(chorus__auth_client(fd, bs->info.secret, hello, sizeof(hello), deadline_ns),
                       err_close);
-    CHORUS_CHECK_GOTO(
-        chorus__bs_exchange(-1, NULL, 0, fd, head, sizeof(head), deadline_ns, bs->abort_flag, what),
-        err_close);
+    /* A little past the deadline: the root's verdict comes at the root's own deadline. */
+    if (deadline_ns < UINT64_MAX - (uint64_t)(CHORUS_BS_VERDICT_GRACE_S * 1e9))
+        verdict_by = deadline_ns + (uint64_t)(CHORUS_BS_VERDICT_GRACE_S * 1e9);
+    status = chorus__bs_exchange(-1, NULL, 0, fd, head, sizeof(head), verdict_by, bs->abort_flag,
+                                 "the root's table");
+    if (status == CHORUS_ERR_TIMEOUT) {
+        status = chorus__error(status, "timed out: not every rank came, and the root has not "
+                               "said which yet (it does at its own deadline, CHORUS_TIMEOUT "
+                               "where it runs)");
+        goto err_close;
+    }
+    if (status != CHORUS_SUCCESS) goto err_close;
+    if (memcmp(head, "MISS", 4) == 0 && chorus__bs_get32(head + 4) == (uint32_t)bs->nranks) {
+        status = ring_read_verdict(fd, bs, what);
+        goto err_close;
+    }
     if (memcmp(head, "TABL", 4) != 0 || chorus__bs_get32(head + 4) != (uint32_t)bs->nranks) {
         status = chorus__error(CHORUS_ERR_MISMATCH,
                                "%s: the root's table is for %u ranks, "
@@ -185,7 +236,7 @@ static chorus_status_t ring_meet_root(chorus_bootstrap_t *bs, const struct socka
         goto err_close;
     }
     CHORUS_CHECK_GOTO(
-        chorus__bs_exchange(-1, NULL, 0, fd, table, len, deadline_ns, bs->abort_flag, what),
+        chorus__bs_exchange(-1, NULL, 0, fd, table, len, verdict_by, bs->abort_flag, what),
         err_close);
     close(fd);
     *table_p = table;
@@ -195,8 +246,8 @@ err_close:
     close(fd);
 err_free:
     free(table);
-    return chorus__error_context(status, "bootstrap: rank %d of %d: meeting the root", bs->rank,
-                                 bs->nranks);
+    return chorus__error_context(status, "meeting the root %s",
+                                 chorus__sock_addr_str(&bs->info.root_addr, text, sizeof(text)));
 }
 
 static chorus_status_t ring_connect_next(chorus_bootstrap_t *bs, const uint8_t *table,

@@ -6,6 +6,8 @@
  * that its starter owns: it gets its own copy of everything.
  *
  * Table message (root -> rank): "TABL", u32 nranks, nranks packed addresses.
+ * At the deadline, the ranks that came get the verdict instead (bs_internal.h: "MISS", the
+ * ranks that never came), so that each returns CHORUS_ERR_TIMEOUT naming them.
  */
 #include "bootstrap/bs_internal.h"
 
@@ -19,6 +21,8 @@
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -103,6 +107,88 @@ int chorus__bs_root_admit(chorus_bs_root_tab_t *tab, const chorus_bs_hello_t *h)
     return 1;
 }
 
+size_t chorus__bs_miss_pack(const chorus_bs_root_tab_t *tab, uint8_t out[CHORUS_BS_MISS_MAX_BYTES])
+{
+    uint32_t missing = 0;
+    size_t len = 12;
+
+    memcpy(out, "MISS", 4);
+    chorus__bs_put32(out + 4, (uint32_t)tab->nranks);
+    for (int r = 0; r < tab->nranks; r++) {
+        if (tab->fds[r] >= 0) continue;
+        if (missing < CHORUS_BS_MISS_LIST) {
+            chorus__bs_put32(out + len, (uint32_t)r);
+            len += 4;
+        }
+        missing++;
+    }
+    chorus__bs_put32(out + 8, missing);
+    return len;
+}
+
+chorus_status_t chorus__bs_miss_describe(const uint8_t *body, size_t len, int nranks, char *text,
+                                         size_t cap)
+{
+    uint32_t missing, listed;
+    size_t used;
+
+    if (len < 4 || nranks < 1) return chorus__error(CHORUS_ERR_REMOTE, "a verdict too short");
+    missing = chorus__bs_get32(body);
+    listed = missing < CHORUS_BS_MISS_LIST ? missing : CHORUS_BS_MISS_LIST;
+    if (missing == 0 || missing >= (uint32_t)nranks || len != 4 + 4 * (size_t)listed)
+        return chorus__error(CHORUS_ERR_REMOTE,
+                             "a malformed verdict (%u of %d ranks missing, %zu bytes)",
+                             (unsigned)missing, nranks, len);
+    used = (size_t)snprintf(text, cap, "%d of %d ranks came before the root's deadline; never "
+                            "came: rank%s", nranks - (int)missing, nranks,
+                            missing > 1 ? "s" : "");
+    for (uint32_t i = 0; i < listed; i++) {
+        uint32_t r = chorus__bs_get32(body + 4 + 4 * (size_t)i);
+        if (r >= (uint32_t)nranks || (i > 0 && r <= chorus__bs_get32(body + 4 * (size_t)i)))
+            return chorus__error(CHORUS_ERR_REMOTE, "a malformed verdict (rank %u listed "
+                                 "after %u, of %d)", (unsigned)r,
+                                 i > 0 ? (unsigned)chorus__bs_get32(body + 4 * (size_t)i) : 0u,
+                                 nranks);
+        if (used < cap)
+            used += (size_t)snprintf(text + used, cap - used, "%s %u", i > 0 ? "," : "",
+                                     (unsigned)r);
+    }
+    if (missing > listed && used < cap)
+        snprintf(text + used, cap - used, " (and %u more)", (unsigned)(missing - listed));
+    return CHORUS_SUCCESS;
+}
+
+/* Root threads of this process sending their verdicts (chorus__bs_root_verdicts_settle). */
+static atomic_int verdicts_in_flight;
+
+/* At the deadline: every rank that came hears which never did. Best effort, briefly: the
+ * deadline has passed, and a rank that stopped waiting has closed its end. */
+static void root_send_verdict(root_t *root)
+{
+    uint8_t msg[CHORUS_BS_MISS_MAX_BYTES];
+    size_t len;
+    uint64_t until = chorus__deadline_after(1.0);
+
+    if (root->tab.nranks == 0) return;
+    atomic_fetch_add(&verdicts_in_flight, 1);
+    len = chorus__bs_miss_pack(&root->tab, msg);
+    for (int r = 0; r < root->tab.nranks; r++) {
+        if (root->tab.fds[r] >= 0 &&
+            chorus__sock_send_all(root->tab.fds[r], msg, len, until) != CHORUS_SUCCESS)
+            CHORUS_INFO("bootstrap", "%s: could not tell rank %d who is missing: %s",
+                        root->name, r, chorus_last_error());
+    }
+    atomic_fetch_sub(&verdicts_in_flight, 1);
+}
+
+void chorus__bs_root_verdicts_settle(double max_s)
+{
+    uint64_t until = chorus__deadline_after(max_s);
+
+    while (atomic_load(&verdicts_in_flight) > 0 && !chorus__deadline_passed(until))
+        usleep(1000);
+}
+
 /* Collects the hellos. Returns 0 once all ranks arrived, -1 when giving up. */
 static int root_gather(root_t *root, chorus_acceptor_t *acc)
 {
@@ -145,7 +231,10 @@ static void *root_main(void *arg)
         CHORUS_WARN("bootstrap", "%s: cannot start: %s", root->name, chorus_last_error());
         goto out;
     }
-    if (root_gather(root, acc) != 0) goto out;
+    if (root_gather(root, acc) != 0) {
+        if (chorus__deadline_passed(root->deadline_ns)) root_send_verdict(root);
+        goto out;
+    }
     /* Everyone is here: nobody else may join, so the listener goes before the sends. */
     chorus__acceptor_destroy(acc);
     acc = NULL;

@@ -790,12 +790,18 @@ chorus_status_t chorus_comm_init_env(chorus_comm_t *comm_p)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "chorus_comm_init_env: comm_p is NULL");
     status = chorus__bootstrap_id_from_env(&id, &rank, &nranks, &is_root);
     if (status != CHORUS_SUCCESS) return chorus__error_context(status, "chorus_comm_init_env");
-    if (is_root != CHORUS_BS_ROOT_NONE) {
+    if (is_root == CHORUS_BS_ROOT_ADDR || is_root == CHORUS_BS_ROOT_ANY) {
         status = chorus__bootstrap_root_start(&id, is_root == CHORUS_BS_ROOT_ANY);
         if (status != CHORUS_SUCCESS)
             return chorus__error_context(status, "chorus_comm_init_env: rank %d: root", rank);
     }
-    return chorus_comm_init(comm_p, nranks, &id, rank);
+    status = chorus_comm_init(comm_p, nranks, &id, rank);
+    if (status == CHORUS_ERR_TIMEOUT && is_root == CHORUS_BS_ROOT_RANK0 &&
+        chorus__bootstrap_root_unreached())
+        return chorus__error_context(status, "chorus_comm_init_env: rank %d of %d: rank 0, "
+                                     "which serves the rendezvous, never came (or listens "
+                                     "elsewhere)", rank, nranks);
+    return status;
 }
 
 chorus_status_t chorus_comm_rank(chorus_comm_t comm, int *rank_p)

@@ -411,6 +411,68 @@ static void test_root_admit(void **state)
     free(tab.table);
 }
 
+/* The root's verdict at its deadline (chorus__bs_miss_pack) and its reading by a rank
+ * (chorus__bs_miss_describe): the ranks that never came, the first CHORUS_BS_MISS_LIST of
+ * them listed; a malformed verdict is CHORUS_ERR_REMOTE, never a read past its end. */
+static void test_root_verdict(void **state)
+{
+    uint8_t msg[CHORUS_BS_MISS_MAX_BYTES], bad[CHORUS_BS_MISS_MAX_BYTES];
+    chorus_bs_root_tab_t tab;
+    char text[256];
+    size_t len;
+    int fds[40];
+    (void)state;
+
+    memset(&tab, 0, sizeof(tab));
+    tab.fds = fds;
+    tab.nranks = 5;
+    for (int r = 0; r < 5; r++) fds[r] = r == 1 || r == 4 ? -1 : 100 + r;
+    len = chorus__bs_miss_pack(&tab, msg);
+    assert_int_equal(len, 12 + 2 * 4);
+    assert_memory_equal(msg, "MISS", 4);
+    assert_int_equal(chorus__bs_get32(msg + 4), 5);
+    assert_int_equal(chorus__bs_miss_describe(msg + 8, len - 8, 5, text, sizeof(text)),
+                     CHORUS_SUCCESS);
+    assert_string_equal(text,
+                        "3 of 5 ranks came before the root's deadline; never came: ranks 1, 4");
+
+    /* 40 ranks, 37 missing: the first 16 listed, the rest counted. */
+    tab.nranks = 40;
+    for (int r = 0; r < 40; r++) fds[r] = r == 0 || r == 7 || r == 39 ? 100 + r : -1;
+    len = chorus__bs_miss_pack(&tab, msg);
+    assert_int_equal(len, CHORUS_BS_MISS_MAX_BYTES);
+    assert_int_equal(chorus__bs_miss_describe(msg + 8, len - 8, 40, text, sizeof(text)),
+                     CHORUS_SUCCESS);
+    assert_string_equal(text, "3 of 40 ranks came before the root's deadline; never came: ranks "
+                              "1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17 (and 21 "
+                              "more)");
+    /* Too small a buffer truncates the text, nothing more. */
+    assert_int_equal(chorus__bs_miss_describe(msg + 8, len - 8, 40, text, 20), CHORUS_SUCCESS);
+    assert_int_equal(strlen(text), 19);
+
+    /* Malformed: no count; nobody or everybody missing; a list shorter or longer than the
+     * count says; a rank out of range; ranks out of order or repeated. */
+    assert_int_equal(chorus__bs_miss_describe(msg + 8, 3, 40, text, sizeof(text)),
+                     CHORUS_ERR_REMOTE);
+    memcpy(bad, msg + 8, len - 8);
+    chorus__bs_put32(bad, 0);
+    assert_int_equal(chorus__bs_miss_describe(bad, 4, 40, text, sizeof(text)), CHORUS_ERR_REMOTE);
+    chorus__bs_put32(bad, 40);
+    assert_int_equal(chorus__bs_miss_describe(bad, len - 8, 40, text, sizeof(text)),
+                     CHORUS_ERR_REMOTE);
+    chorus__bs_put32(bad, 2);
+    assert_int_equal(chorus__bs_miss_describe(bad, 8, 40, text, sizeof(text)), CHORUS_ERR_REMOTE);
+    assert_int_equal(chorus__bs_miss_describe(bad, 16, 40, text, sizeof(text)), CHORUS_ERR_REMOTE);
+    assert_int_equal(chorus__bs_miss_describe(bad, 12, 40, text, sizeof(text)), CHORUS_SUCCESS);
+    chorus__bs_put32(bad + 8, 40);
+    assert_int_equal(chorus__bs_miss_describe(bad, 12, 40, text, sizeof(text)), CHORUS_ERR_REMOTE);
+    chorus__bs_put32(bad + 8, 1);
+    assert_int_equal(chorus__bs_miss_describe(bad, 12, 40, text, sizeof(text)), CHORUS_ERR_REMOTE);
+    chorus__bs_put32(bad + 4, 5);
+    chorus__bs_put32(bad + 8, 3);
+    assert_int_equal(chorus__bs_miss_describe(bad, 12, 40, text, sizeof(text)), CHORUS_ERR_REMOTE);
+}
+
 static void test_strangers_at_root(void **state)
 {
     struct sockaddr_storage lo = loopback(0);
@@ -628,7 +690,7 @@ static void test_env_rank_precedence(void **state)
         assert_int_equal(from_env(&rank, &n, &root, NULL), CHORUS_SUCCESS);
         assert_int_equal(rank, i);
         assert_int_equal(n, 10 + i);
-        assert_int_equal(root, i == 0);
+        assert_int_equal(root, i == 0 ? CHORUS_BS_ROOT_ADDR : CHORUS_BS_ROOT_RANK0);
         unsetenv(pairs[i][0]);
         unsetenv(pairs[i][1]);
     }
@@ -644,7 +706,7 @@ static void test_env_rank_precedence(void **state)
     assert_int_equal(from_env(&rank, &n, &root, NULL), CHORUS_SUCCESS);
     assert_int_equal(rank, 2);
     assert_int_equal(n, 3);
-    assert_int_equal(root, 0);
+    assert_int_equal(root, CHORUS_BS_ROOT_RANK0);
     env_clear();
 }
 
@@ -667,11 +729,11 @@ static void test_env_root_and_secret(void **state)
     assert_string_equal(chorus__sock_addr_str(&a.root_addr, text, sizeof(text)), "127.0.0.1:29501");
     assert_int_equal(a.secret[0], 0x00);
     assert_int_equal(a.secret[15], 0xff);
-    assert_int_equal(root, 1);
+    assert_int_equal(root, CHORUS_BS_ROOT_ADDR);
     /* Every rank derives the same comm id; another root gives another. */
     setenv("RANK", "1", 1);
     assert_int_equal(from_env(&rank, &n, &root, &b), CHORUS_SUCCESS);
-    assert_int_equal(root, 0);
+    assert_int_equal(root, CHORUS_BS_ROOT_RANK0);
     assert_true(a.comm_id == b.comm_id);
     setenv("CHORUS_ROOT", "127.0.0.1:29502", 1); /* wins over MASTER_* */
     assert_int_equal(from_env(&rank, &n, &root, &c), CHORUS_SUCCESS);
@@ -692,7 +754,7 @@ static void test_env_root_and_secret(void **state)
     chorus__config_reload();
     assert_int_equal(chorus__bootstrap_id_from_env(&got, &rank, &n, &root), CHORUS_SUCCESS);
     assert_memory_equal(&got, &id, sizeof(id));
-    assert_int_equal(root, 0);
+    assert_int_equal(root, CHORUS_BS_ROOT_NONE);
     setenv("CHORUS_UNIQUE_ID", "0123", 1);
     assert_int_equal(from_env(&rank, &n, &root, NULL), CHORUS_ERR_INVALID_ARGUMENT);
     env_clear();
@@ -832,6 +894,7 @@ int main(void)
         cmocka_unit_test(test_root_admit),
         cmocka_unit_test(test_strangers_at_root),
         cmocka_unit_test(test_strangers_at_ring),
+        cmocka_unit_test(test_root_verdict),
         cmocka_unit_test(test_timeout_and_abort),
         cmocka_unit_test(test_env_rank_precedence),
         cmocka_unit_test(test_env_root_and_secret),

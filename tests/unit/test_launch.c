@@ -164,7 +164,7 @@ static void test_slurm_root(void **state)
     assert_int_equal(from_env(&rank, &n, &root, &a), CHORUS_SUCCESS);
     assert_int_equal(rank, 5);
     assert_int_equal(n, 8);
-    assert_int_equal(root, CHORUS_BS_ROOT_NONE);
+    assert_int_equal(root, CHORUS_BS_ROOT_RANK0);
     assert_int_equal(ntohs(((struct sockaddr_in *)&a.root_addr)->sin_port), port);
     assert_non_null(strstr(chorus__bootstrap_env_source(), "SLURM_PROCID"));
     assert_non_null(strstr(chorus__bootstrap_env_source(), "local rank 1"));
