@@ -69,8 +69,10 @@ run_order() {
     echo "== $name: $envs $c1 && $c2 in a fresh clone of $(git -C "$dir" rev-parse --short HEAD)"
     for c in "$c1" "$c2"; do
         t0=$(date +%s)
+        # As from a user's shell: not a sub-make of the make that runs this test (which
+        # would share its job slots, or have none, instead of the Makefile's every core).
         # shellcheck disable=SC2086
-        (cd "$dir" && env $envs $c) >"$dir.$(echo "$c" | tr ' ' _).log" 2>&1
+        (cd "$dir" && env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS $envs $c) >"$dir.$(echo "$c" | tr ' ' _).log" 2>&1
         rc=$?
         echo "$name: '$c' exited $rc in $(($(date +%s) - t0)) s"
         [ "$rc" -eq 0 ] || { tail -n 40 "$dir.$(echo "$c" | tr ' ' _).log"; fail "$name: $c"; return; }
