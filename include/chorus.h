@@ -216,6 +216,17 @@ chorus_status_t chorus_comm_get_reproducible(chorus_comm_t comm, int *level_p);
  * destroyed. */
 chorus_status_t chorus_comm_abort(chorus_comm_t comm);
 
+/* The flight recorder: every communicator keeps its last CHORUS_FR_ENTRIES operations
+ * (default 256; 0 turns it off): sequence number, call, count, datatype, reduction, root
+ * or peer, algorithm, state (started, done, failed), status and times. With CHORUS_FR_DIR
+ * set, each rank writes them as JSON to DIR/chorus-fr.<comm id>.<rank>.json when a call
+ * fails, when the comm is aborted, on a fatal signal, and on SIGUSR1 (handlers installed at
+ * the first communicator, chaining to the program's own). This call writes the file on
+ * demand, into dir, or CHORUS_FR_DIR when dir is NULL. `chorus-trace fr DIR` merges the
+ * ranks' files and names the first operation where they diverge or stop, and the ranks
+ * that never reached it. Local; callable from any thread. */
+chorus_status_t chorus_comm_dump_flight_record(chorus_comm_t comm, const char *dir);
+
 /* The first error seen on the communicator by any call or by background progress, or
  * CHORUS_SUCCESS. May be called from any thread. */
 chorus_status_t chorus_comm_get_async_error(chorus_comm_t comm, chorus_status_t *async_error_p);

@@ -756,7 +756,7 @@ run_gpu() {
 run_scripts() {
     # The quick tier's scripts: launchers, strangers, the benchmark's JSON and GPU figures.
     quick_scripts="stranger torchrun mpirun launch_slurm_env shm_floor sweep_scaling bench_json bench_gpu"
-    quick_scripts="$quick_scripts bench_registered"
+    quick_scripts="$quick_scripts bench_registered flight"
     for script in tests/mp/*.sh; do
         [ -f "$script" ] || continue
         name=$(basename "$script" .sh)

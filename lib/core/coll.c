@@ -5,6 +5,7 @@
  */
 #include "core/comm.h"
 #include "core/async.h"
+#include "core/flight.h"
 #include "core/gpu_coll.h"
 #include "core/hang.h"
 
@@ -223,6 +224,7 @@ static chorus_status_t coll_run_arena(chorus_comm_t comm, const chorus_coll_call
         return status;
     }
     chorus__hang_end(comm);
+    chorus__fr_end(comm->flight, CHORUS_SUCCESS);
     return coll_finish_avg(comm, call, what);
 }
 
@@ -309,6 +311,12 @@ static chorus_status_t coll_run_body(chorus_comm_t comm, const chorus_coll_call_
     if (chorus__coll_repro(comm, call) > 0 && algo != CHORUS_ALGO_ARENA)
         algo = CHORUS_ALGO_DIRECT;
     comm->exec.exact_divisor = chorus__coll_exact_divisor(comm, call);
+    chorus__fr_note(comm->flight, call->count, call->dtype, call->op,
+                    call->coll == CHORUS_COLL_BROADCAST || call->coll == CHORUS_COLL_REDUCE ||
+                            call->coll == CHORUS_COLL_GATHER || call->coll == CHORUS_COLL_SCATTER
+                        ? call->root
+                        : -1,
+                    chorus__algo_name(algo));
     if (comm->trace != NULL) {
         comm->trace_algo = chorus__algo_name(algo);
         snprintf(comm->trace_what, sizeof comm->trace_what, "%s", what);

@@ -5,6 +5,7 @@
 #include "core/comm.h"
 #include "core/async.h"
 
+#include "core/flight.h"
 #include "core/gpu_coll.h"
 #include "core/hang.h"
 
@@ -66,6 +67,7 @@ chorus_status_t chorus__comm_record_error(chorus_comm_t comm, chorus_status_t st
 {
     if (status == CHORUS_SUCCESS) return status;
     chorus__hang_on_error(comm, status, chorus_last_error());
+    chorus__fr_end(comm->flight, status);
     pthread_mutex_lock(&comm->err_lock);
     /* err_lock orders this load against the other writers: relaxed is enough. */
     if (atomic_load_explicit(&comm->async_error, memory_order_relaxed) == 0) {
@@ -159,6 +161,7 @@ void chorus__comm_what(chorus_comm_t comm, const char *name, char *buf, size_t l
     size_t nlen = strlen(name), dlen;
 
     chorus__hang_begin(comm, name, seq);
+    chorus__fr_begin(comm->flight, name, seq);
     comm_seq_text(comm, seq);
     comm->seq_text_of = seq;
     dlen = sizeof comm->seq_text - 1 - comm->seq_text_at;
@@ -187,6 +190,7 @@ chorus_status_t chorus__comm_exec(chorus_comm_t comm, const chorus_sched_t *sche
         chorus__comm_leave(comm, status);
     } else {
         chorus__hang_end(comm);
+        chorus__fr_end(comm->flight, CHORUS_SUCCESS);
     }
     return status;
 }
@@ -607,6 +611,7 @@ static void core_comm_free(chorus_comm_t comm)
     free(comm->ring_order);
     free(comm->lost);
     free(comm->p2p_sigs);
+    chorus__fr_close(comm->flight);
     free(comm);
 }
 
@@ -763,6 +768,7 @@ chorus_status_t chorus__comm_init_stoppable(chorus_comm_t *comm_p, int nranks,
     atomic_store(&comm->abort_flag, 0);
     core_log_ready(comm);
     chorus__hang_register(comm);
+    comm->flight = chorus__fr_open(comm->comm_id, rank, nranks);
     comm->trace = chorus__trace_open(comm->comm_id, rank, nranks);
     comm->exec.trace = comm->trace;
     *comm_p = comm;
@@ -893,6 +899,21 @@ chorus_status_t chorus_comm_abort(chorus_comm_t comm)
     }
     pthread_mutex_unlock(&comm->err_lock);
     CHORUS_INFO("core", "comm %016llx aborted", (unsigned long long)comm->comm_id);
+    if (chorus__fr_dump(comm->flight, NULL, "abort") != CHORUS_SUCCESS) chorus__error_clear();
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_comm_dump_flight_record(chorus_comm_t comm, const char *dir)
+{
+    chorus_status_t status;
+
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "chorus_comm_dump_flight_record: comm is NULL");
+    status = chorus__fr_dump(comm->flight, dir, "request");
+    if (status != CHORUS_SUCCESS)
+        return chorus__error_context(status, "chorus_comm_dump_flight_record");
     return CHORUS_SUCCESS;
 }
 

@@ -17,6 +17,7 @@
 #include "core/gpu_coll.h"
 
 #include "core/async.h"
+#include "core/flight.h"
 #include "core/hang.h"
 #include "gpu/ipc_arena.h"
 
@@ -264,6 +265,7 @@ static void gpu_run_op(chorus_gpu_comm_t *g, const chorus_gpu_op_t *op)
         return;
     }
     chorus__hang_end(comm);
+    chorus__fr_end(comm->flight, CHORUS_SUCCESS);
 }
 
 /* Raises the done counter to ticket: every stream waiting for it or less goes on. */

@@ -10,6 +10,7 @@
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/sigfmt.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -40,36 +41,17 @@ static pthread_once_t hang_once = PTHREAD_ONCE_INIT;
 static int hang_level;
 static struct sigaction hang_old_action;
 
-/* ---- lines, formatted without stdio (async-signal-safe) ---- */
+/* ---- lines, formatted without stdio (async-signal-safe: util/sigfmt.h) ---- */
 
 typedef struct {
     char buf[HANG_LINE_MAX];
-    size_t len;
+    chorus_sigfmt_t f;
 } hang_line_t;
 
-static void put_str(hang_line_t *l, const char *s)
+static void line_init(hang_line_t *l)
 {
-    while (s != NULL && *s != '\0' && l->len < sizeof l->buf - 2) l->buf[l->len++] = *s++;
-}
-
-static void put_u64(hang_line_t *l, uint64_t v)
-{
-    char digits[24];
-    int n = 0;
-
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v > 0);
-    while (n > 0 && l->len < sizeof l->buf - 2) l->buf[l->len++] = digits[--n];
-}
-
-static void put_hex64(hang_line_t *l, uint64_t v)
-{
-    static const char hex[] = "0123456789abcdef";
-
-    for (int shift = 60; shift >= 0 && l->len < sizeof l->buf - 2; shift -= 4)
-        l->buf[l->len++] = hex[(v >> shift) & 15];
+    /* One byte kept back by sigfmt for the newline, one more for the terminator. */
+    l->f = (chorus_sigfmt_t){l->buf, sizeof l->buf - 1, 0};
 }
 
 /* The fields every line has, up to and including last_done and since_ms. */
@@ -79,22 +61,22 @@ static void put_head(hang_line_t *l, const hang_slot_t *s, const char *state, ui
     uint64_t since = atomic_load_explicit(&s->since_ns, memory_order_relaxed);
     int rank = atomic_load_explicit(&s->rank, memory_order_relaxed);
 
-    put_str(l, "chorus-hang: rank=");
-    put_u64(l, rank < 0 ? 0 : (uint64_t)rank);
-    put_str(l, " nranks=");
-    put_u64(l, (uint64_t)atomic_load_explicit(&s->nranks, memory_order_relaxed));
-    put_str(l, " comm=");
-    put_hex64(l, atomic_load_explicit(&s->comm_id, memory_order_relaxed));
-    put_str(l, " state=");
-    put_str(l, state);
-    put_str(l, " op=");
-    put_str(l, seq != 0 ? atomic_load_explicit(&s->name, memory_order_relaxed) : "-");
-    put_str(l, " seq=");
-    put_u64(l, seq);
-    put_str(l, " last_done=");
-    put_u64(l, atomic_load_explicit(&s->last_done, memory_order_relaxed));
-    put_str(l, " since_ms=");
-    put_u64(l, seq != 0 && now > since ? (now - since) / 1000000u : 0);
+    chorus__sigfmt_str(&l->f, "chorus-hang: rank=");
+    chorus__sigfmt_u64(&l->f, rank < 0 ? 0 : (uint64_t)rank);
+    chorus__sigfmt_str(&l->f, " nranks=");
+    chorus__sigfmt_u64(&l->f, (uint64_t)atomic_load_explicit(&s->nranks, memory_order_relaxed));
+    chorus__sigfmt_str(&l->f, " comm=");
+    chorus__sigfmt_hex64(&l->f, atomic_load_explicit(&s->comm_id, memory_order_relaxed));
+    chorus__sigfmt_str(&l->f, " state=");
+    chorus__sigfmt_str(&l->f, state);
+    chorus__sigfmt_str(&l->f, " op=");
+    chorus__sigfmt_str(&l->f, seq != 0 ? atomic_load_explicit(&s->name, memory_order_relaxed) : "-");
+    chorus__sigfmt_str(&l->f, " seq=");
+    chorus__sigfmt_u64(&l->f, seq);
+    chorus__sigfmt_str(&l->f, " last_done=");
+    chorus__sigfmt_u64(&l->f, atomic_load_explicit(&s->last_done, memory_order_relaxed));
+    chorus__sigfmt_str(&l->f, " since_ms=");
+    chorus__sigfmt_u64(&l->f, seq != 0 && now > since ? (now - since) / 1000000u : 0);
 }
 
 static void hang_on_signal(int sig, siginfo_t *info, void *ctx)
@@ -108,17 +90,13 @@ static void hang_on_signal(int sig, siginfo_t *info, void *ctx)
         if (!atomic_load_explicit(&s->used, memory_order_acquire) ||
             atomic_load_explicit(&s->comm_id, memory_order_acquire) == 0)
             continue;
-        l.len = 0;
+        line_init(&l);
         put_head(&l, s, atomic_load_explicit(&s->seq, memory_order_relaxed) ? "inflight" : "idle",
                  now);
-        put_str(&l, " waiting=- :: pid ");
-        put_u64(&l, (uint64_t)getpid());
-        l.buf[l.len++] = '\n';
-        for (size_t off = 0; off < l.len;) {
-            ssize_t n = write(STDERR_FILENO, l.buf + off, l.len - off);
-            if (n <= 0) break;
-            off += (size_t)n;
-        }
+        chorus__sigfmt_str(&l.f, " waiting=- :: pid ");
+        chorus__sigfmt_u64(&l.f, (uint64_t)getpid());
+        l.buf[l.f.len++] = '\n';
+        (void)chorus__sigfmt_write(STDERR_FILENO, &l.f);
     }
     /* A handler the program had before us still runs. */
     if ((hang_old_action.sa_flags & SA_SIGINFO) && hang_old_action.sa_sigaction != NULL)
@@ -213,7 +191,7 @@ static void put_pending(hang_line_t *l, const chorus_exec_t *x)
     int seen_peer[16], seen_send[16], nseen = 0;
 
     if (x == NULL || x->sched == NULL || x->ninflight == 0) {
-        put_str(l, "-");
+        chorus__sigfmt_str(&l->f, "-");
         return;
     }
     for (uint32_t i = 0; i < x->ninflight; i++) {
@@ -222,14 +200,14 @@ static void put_pending(hang_line_t *l, const chorus_exec_t *x)
         for (int k = 0; k < nseen; k++) dup |= seen_peer[k] == st->peer && seen_send[k] == send;
         if (dup) continue;
         if (nseen == 16) {
-            put_str(l, ",...");
+            chorus__sigfmt_str(&l->f, ",...");
             break;
         }
         seen_peer[nseen] = st->peer;
         seen_send[nseen++] = send;
-        if (nseen > 1) put_str(l, ",");
-        put_str(l, send ? "send:" : "recv:");
-        put_u64(l, st->peer < 0 ? 0 : (uint64_t)st->peer);
+        if (nseen > 1) chorus__sigfmt_str(&l->f, ",");
+        chorus__sigfmt_str(&l->f, send ? "send:" : "recv:");
+        chorus__sigfmt_u64(&l->f, st->peer < 0 ? 0 : (uint64_t)st->peer);
     }
 }
 
@@ -245,13 +223,13 @@ void chorus__hang_report_exec(struct chorus_comm *comm, chorus_status_t status,
     seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
     /* One line per timed-out call, whichever path reports it first. */
     if (atomic_exchange_explicit(&s->reported, seq, memory_order_relaxed) == seq) return;
-    l.len = 0;
+    line_init(&l);
     put_head(&l, s, "timeout", chorus__now_coarse_ns());
-    put_str(&l, " waiting=");
+    chorus__sigfmt_str(&l.f, " waiting=");
     put_pending(&l, x);
-    put_str(&l, " :: ");
-    put_str(&l, detail);
-    l.buf[l.len] = '\0';
+    chorus__sigfmt_str(&l.f, " :: ");
+    chorus__sigfmt_str(&l.f, detail);
+    l.buf[l.f.len] = '\0';
     chorus__log_report(l.buf);
 }
 

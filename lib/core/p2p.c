@@ -20,6 +20,7 @@
  */
 #include "core/comm.h"
 #include "core/async.h"
+#include "core/flight.h"
 #include "core/gpu_coll.h"
 
 #include "kernels.h"
@@ -206,6 +207,13 @@ static chorus_status_t p2p_run(chorus_comm_t comm, const p2p_op_t *ops, size_t n
     bufs[CHORUS_BUF_SCRATCH] = NULL;
     if (what_in != NULL) snprintf(what, sizeof what, "%s", what_in);
     else chorus__comm_what(comm, name, what, sizeof what);
+    {
+        /* Point to point in the flight record: the bytes, and the peer of the first op. */
+        uint64_t total = 0;
+        for (size_t k = 0; k < n; k++) total += ops[k].bytes;
+        chorus__fr_note(comm->flight, total, CHORUS_UINT8, (chorus_op_t)-1,
+                        n > 0 ? ops[0].peer : -1, NULL);
+    }
     if (comm->check_calls) CHORUS_CHECK_GOTO(p2p_sign(comm, ops, n), err_sched);
     {
         uint64_t t0 = comm->trace != NULL ? chorus__now_ns() : 0;

@@ -79,6 +79,11 @@ static const chorus_config_entry_t config_table[] = {
      "events a rank keeps for CHORUS_TRACE (about 40 bytes each); later ones are dropped"},
     {"CHORUS_HANG_REPORT", CHORUS_CFG_INT, "1",
      "hang report lines: 0 none, 1 when a call times out, 2 also on SIGUSR1"},
+    {"CHORUS_FR_DIR", CHORUS_CFG_STRING, NULL,
+     "directory for flight records (chorus-fr.<comm>.<rank>.json): written when a call "
+     "fails, on abort, on a fatal signal, on SIGUSR1 and on request"},
+    {"CHORUS_FR_ENTRIES", CHORUS_CFG_INT, "256",
+     "operations each communicator's flight recorder keeps (0: off)"},
     {"CHORUS_TCP_KEEPALIVE", CHORUS_CFG_SECONDS, "10",
      "seconds of silence (keep-alive, unacknowledged data) before a tcp peer is dead; 0 off"},
     {"CHORUS_CUDA_PLUGIN", CHORUS_CFG_STRING, NULL,

@@ -5,7 +5,8 @@
  * a link taken down) or through --idle-rank (a rank that stops calling).
  *
  *   mp_fault_loop [--count N] [--seconds S] [--pid-dir DIR] [--idle-rank R]
- *                 [--idle-after K] [--idle-seconds S] [--linger S] [--registered]
+ *                 [--idle-after K] [--idle-seconds S] [--die-signal N] [--linger S]
+ *                 [--registered]
  *
  *   --count N        int32 elements per allreduce (default 4M: 16 MiB)
  *   --registered     both buffers from chorus_mem_alloc: peers read them in place, so a
@@ -15,6 +16,8 @@
  *                    newline) so the script knows whom to kill and that the loop runs
  *   --idle-rank R    rank R stops calling allreduce after --idle-after iterations
  *                    (default 2) and sleeps --idle-seconds (default 10) before destroying
+ *   --die-signal N   instead, the idle rank raises signal N there (9: killed, as kill -9;
+ *                    11: a crash, which the flight recorder's handler sees)
  *   --linger S       after a failed call, wait S seconds before destroying: ranks whose
  *                    deadlines pass at nearly the same moment then each see their own
  *                    timeout, not the first one's departure
@@ -30,6 +33,7 @@
  */
 #include "chorus.h"
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +48,7 @@ typedef struct {
     int idle_rank;
     int idle_after;
     double idle_seconds;
+    int die_signal;
     double linger;
     int registered;
 } options_t;
@@ -79,6 +84,7 @@ static int parse(int argc, char **argv, options_t *o)
         else if (strcmp(a, "--idle-rank") == 0) o->idle_rank = atoi(v);
         else if (strcmp(a, "--idle-after") == 0) o->idle_after = atoi(v);
         else if (strcmp(a, "--idle-seconds") == 0) o->idle_seconds = atof(v);
+        else if (strcmp(a, "--die-signal") == 0) o->die_signal = atoi(v);
         else if (strcmp(a, "--linger") == 0) o->linger = atof(v);
         else return -1;
         i++;
@@ -174,6 +180,11 @@ int main(int argc, char **argv)
     t_end = mono_s() + o.seconds;
     for (long it = 0; mono_s() < t_end; it++) {
         if (it == o.idle_after && o.pid_dir != NULL) write_pid(o.pid_dir, rank);
+        if (it == o.idle_after && rank == o.idle_rank && o.die_signal > 0) {
+            printf("rank %d: raising signal %d at iteration %ld\n", rank, o.die_signal, it);
+            fflush(stdout);
+            raise(o.die_signal);
+        }
         if (it == o.idle_after && rank == o.idle_rank) {
             printf("rank %d: idle from iteration %ld for %.0f s\n", rank, it, o.idle_seconds);
             usleep((useconds_t)(o.idle_seconds * 1e6));
