@@ -294,6 +294,18 @@ chorus_status_t chorus_comm_revoke(chorus_comm_t comm);
  * some. flags must be 0. comm must still be destroyed. */
 chorus_status_t chorus_comm_shrink(chorus_comm_t comm, unsigned flags, chorus_comm_t *newcomm_p);
 
+/* Collective over comm: takes in nnew new ranks (NCCL's ncclCommGrow). Rank 0 gives an id
+ * it made with chorus_get_unique_id (its process then serves the rendezvous; id is ignored
+ * on the other ranks) and hands it to the new processes, which call
+ * chorus_comm_init(&c, size + nnew, &id, size + k) for k = 0 .. nnew - 1, or
+ * chorus_comm_init_env with CHORUS_UNIQUE_ID. Every rank gets *newcomm_p: comm's ranks
+ * first, keeping their ranks, then the new ones; comm's timeout carries over. The id's
+ * secret keeps strangers out as at any init; a rank count that differs between ranks is
+ * CHORUS_ERR_MISMATCH, and new ranks that never come end the call at CHORUS_TIMEOUT with
+ * CHORUS_ERR_TIMEOUT naming them. comm is unchanged and still usable. */
+chorus_status_t chorus_comm_grow(chorus_comm_t comm, int nnew, const chorus_unique_id_t *id,
+                                 chorus_comm_t *newcomm_p);
+
 /* The ranks of comm that the survivors agreed were lost, in increasing order: up to max of
  * them into ranks, and their number into *count_p. Before a chorus_comm_shrink of comm, none
  * (the errors of the failed calls name the ranks this rank saw go). */

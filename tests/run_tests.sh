@@ -802,6 +802,8 @@ run_python_line() {
     # Bad arguments on every rank (splits, tags, lists) and a request dropped while it runs.
     run_test "$p/torch bad arguments n=2" py args 2
     run_test "$p/dropped request numpy n=2" py dropped numpy 2
+    # Recovery from Python: a rank leaves, shrink, grow back with a new process (issue 39).
+    run_test "$p/recovery shrink and grow n=4" py recovery
     full || return 0
     for n in 1 3 4; do
         run_test "$p/torch bad arguments n=$n" py args "$n"

@@ -340,6 +340,57 @@ class Comm:
         """Fails every operation in flight with ABORTED; may be called from any thread."""
         _check(lib.chorus_comm_abort(self._handle()))
 
+    # ---- recovery (chorus.h, "Recovery") ----
+
+    def revoke(self):
+        """Makes every rank's pending and later calls on this comm fail at once."""
+        _check(lib.chorus_comm_revoke(self._handle()))
+
+    def shrink(self):
+        """Collective over the live ranks, after an error: a new Comm of the survivors, in
+        their old order (this one must still be destroyed). Ranks found dead during the
+        call are left out too."""
+        h = _lib.c_comm()
+        _check(lib.chorus_comm_shrink(self._handle(), 0, ctypes.byref(h)))
+        return Comm(_handle=h)
+
+    def failed_ranks(self):
+        """The ranks of this comm that the survivors of a shrink agreed were lost."""
+        count = ctypes.c_int()
+        _check(lib.chorus_comm_failed_ranks(self._handle(), None, 0, ctypes.byref(count)))
+        ranks = (ctypes.c_int * max(1, count.value))()
+        _check(lib.chorus_comm_failed_ranks(self._handle(), ranks, count.value,
+                                            ctypes.byref(count)))
+        return list(ranks[:count.value])
+
+    def grow(self, nnew, uid=None):
+        """Collective: a new Comm with nnew more ranks, this comm's ranks first. Rank 0
+        gives uid (from Comm.unique_id() on rank 0: its process serves the rendezvous) and
+        hands it to the new processes, which join with Comm(size + nnew, uid, size + k);
+        uid is ignored on the other ranks."""
+        raw = None
+        if self.rank == 0:
+            if uid is None:
+                raise ValueError("chorus: Comm.grow: rank 0 gives the id (Comm.unique_id())")
+            data = bytes(uid)
+            raw = _lib.UniqueId()
+            if len(data) != ctypes.sizeof(raw):
+                raise ValueError(f"chorus: a unique id is {ctypes.sizeof(raw)} bytes, "
+                                 f"not {len(data)}")
+            ctypes.memmove(ctypes.byref(raw), data, len(data))
+        h = _lib.c_comm()
+        _check(lib.chorus_comm_grow(self._handle(), int(nnew),
+                                    ctypes.byref(raw) if raw is not None else None,
+                                    ctypes.byref(h)))
+        return Comm(_handle=h)
+
+    def dump_flight_record(self, directory=None):
+        """Writes this rank's flight record (its last operations) as JSON into directory,
+        or CHORUS_FR_DIR (chorus-fr.<comm>.<rank>.json); `chorus-trace fr DIR` reads the
+        ranks' records together."""
+        d = None if directory is None else str(directory).encode()
+        _check(lib.chorus_comm_dump_flight_record(self._handle(), d))
+
     def destroy(self):
         """Frees the communicator (local; operations in flight end with ABORTED)."""
         if not self._h:

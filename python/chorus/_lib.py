@@ -80,6 +80,12 @@ _declare("chorus_comm_destroy", _st, c_comm)
 _declare("chorus_comm_abort", _st, c_comm)
 _declare("chorus_comm_set_timeout", _st, c_comm, ctypes.c_double)
 _declare("chorus_comm_get_async_error", _st, c_comm, ctypes.POINTER(_st))
+# Recovery and the flight recorder.
+_declare("chorus_comm_revoke", _st, c_comm)
+_declare("chorus_comm_shrink", _st, c_comm, ctypes.c_uint, ctypes.POINTER(c_comm))
+_declare("chorus_comm_failed_ranks", _st, c_comm, ctypes.POINTER(_i), _i, ctypes.POINTER(_i))
+_declare("chorus_comm_grow", _st, c_comm, _i, ctypes.POINTER(UniqueId), ctypes.POINTER(c_comm))
+_declare("chorus_comm_dump_flight_record", _st, c_comm, ctypes.c_char_p)
 # Blocking, host memory (stream NULL).
 _declare("chorus_allreduce", _st, _vp, _vp, _sz, _i, _i, c_comm, _vp)
 _declare("chorus_allgather", _st, _vp, _vp, _sz, _i, c_comm, _vp)

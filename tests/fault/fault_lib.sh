@@ -5,9 +5,11 @@
 
 RUNPID=""
 CLUSTER_PID=""
+JOIN_PID=""
 
 fault_cleanup() {
     [ -n "$RUNPID" ] && kill "$RUNPID" 2>/dev/null
+    [ -n "$JOIN_PID" ] && kill "$JOIN_PID" 2>/dev/null
     if [ -n "${PREFIX:-}" ]; then
         # cluster.sh tears down its namespaces and every process in them when it ends.
         [ -n "$CLUSTER_PID" ] && kill "$CLUSTER_PID" 2>/dev/null && wait "$CLUSTER_PID" 2>/dev/null

@@ -12,6 +12,8 @@
 #          process on the whole batch; the weights compared (tests/python/test_ddp.sh)
 # dropped  tests/python/test_dropped_request.py on 2-4 ranks: a Request dropped unfinished
 #          keeps its buffers alive until its operation ends (issue 36)
+# recovery tests/python/test_recovery.py on 4 ranks: one leaves; Comm.shrink, failed_ranks,
+#          then Comm.grow back to 4 with a new process (and one with a wrong secret refused)
 # args     tests/python/test_torch_args.py on 1-4 ranks: the backend refuses bad split sizes,
 #          tags, lists, sizes and dtypes on every rank, before touching memory (issue 36)
 #
@@ -49,6 +51,11 @@ dropped)
         echo "skipped: no torch for $PYTHON (apt-get install python3-torch)"; exit 77; fi
     exec "$RUN" -n "$n" --timeout 300 -- "$PYTHON" tests/python/test_dropped_request.py "$kind"
     ;;
+recovery)
+    if ! "$PYTHON" -c 'import numpy' 2>/dev/null; then
+        echo "skipped: no numpy for $PYTHON (apt-get install python3-numpy, or pip install numpy)"; exit 77; fi
+    exec "$RUN" -n 4 --on-failure continue --timeout 200 -- "$PYTHON" tests/python/test_recovery.py
+    ;;
 args)
     n=$2
     have_torch || { echo "skipped: $NO_TORCH"; exit 77; }
@@ -68,7 +75,7 @@ torch)
     ;;
 *)
     echo "usage: BUILD=dir sh tests/python/run.sh package numpy|torch N | torch env|tcp|file N |" \
-        "dropped numpy|torch N | args N" >&2
+        "dropped numpy|torch N | args N | recovery" >&2
     exit 2
     ;;
 esac
