@@ -19,11 +19,17 @@
  * also covers what eager calls leave behind.
  *
  * Checks: a reader compares the signatures of the entries it reads; a writer compares
- * nothing at the time. Every rank folds the signature of each eager call into a hash
- * published in its control block, and at its next call that waits for everyone a rank that
- * made eager calls compares every rank's hash with its own, so a mismatch among writers (or
- * between a writer and a rank that called something else) is reported there, naming the
- * peer, as an eager send's error would be.
+ * nothing at the time. Every rank folds the signature of each eager call into a hash that it
+ * stores in its entry of that call, and at its next call that waits for everyone a rank that
+ * made eager calls compares, for its last one, every rank's entry of that call (its step and
+ * hash) with its own, so a mismatch among writers (or between a writer and a rank that
+ * called something else) is reported there, naming the peer, as an eager send's error would
+ * be. The hash is read from the entry of that call, not from where the peer is now: the root
+ * of a larger broadcast returns without waiting for its readers and may already be making
+ * the next eager calls (a hash taken from its control block had them in: a false mismatch
+ * on 3 ranks for broadcasts of 256 B, 16 KiB, 256 B, 2 KiB from rank 0, as DDP's start-up
+ * makes). The entry stays until the writer is D calls further, which it cannot be before
+ * this rank has gone on.
  */
 #include "arena/arena_int.h"
 
@@ -64,7 +70,17 @@ chorus_status_t arena__eager_check(chorus_arena_t *a, const char *what)
 {
     a->eager_unchecked = 0;
     for (int r = 0; r < a->n; r++) {
-        if (r == a->me || atomic_load_explicit(&a->ctl[r].chain, memory_order_acquire) == a->chain)
+        const arena_eager_t *e = eager_entry(a, r, a->last_eager_opno);
+        uint64_t step, chain;
+        if (r == a->me) continue;
+        /* Every rank has published this rank's last step, so a peer that made the same calls
+         * has filled its entry of that call; read twice around the hash, so that a peer
+         * that has moved on and refilled it is never compared half-written. */
+        step = atomic_load_explicit(&e->step, memory_order_acquire);
+        chain = e->chain;
+        atomic_thread_fence(memory_order_acquire);
+        if (step == a->last_eager_step && chain == a->chain &&
+            atomic_load_explicit(&e->step, memory_order_relaxed) == step)
             continue;
         return arena__fail(a, chorus__error(CHORUS_ERR_MISMATCH, "rank %d: arena: %s: rank %d "
                                             "called other small broadcasts or reduces than "
@@ -124,18 +140,20 @@ chorus_status_t arena__eager(chorus_arena_t *a, chorus_coll_t coll, const void *
     sig.op = (uint8_t)(coll == CHORUS_COLL_REDUCE ? op : CHORUS_SUM);
     sig.valid = 1;
     a->next_device = 0;
-    /* Readers sign their entry too, for the messages of peers that find a mismatch; only
-     * writers put data there. */
-    eager_entry(a, a->me, opno)->sig = sig;
-    if (writes) memcpy(eager_entry(a, a->me, opno)->data, sendbuf, bytes);
-    atomic_store_explicit(&eager_entry(a, a->me, opno)->step, step, memory_order_release);
     a->chain = eager_mix(eager_mix(a->chain, sig.count),
                          (uint64_t)sig.opno | (uint64_t)sig.root << 16 |
                              (uint64_t)sig.coll << 32 | (uint64_t)sig.dtype << 40 |
                              (uint64_t)sig.op << 48);
-    atomic_store_explicit(&a->ctl[a->me].chain, a->chain, memory_order_relaxed);
+    a->last_eager_opno = opno;
+    a->last_eager_step = step;
     a->eager_unchecked = 1;
-    /* The publication (release) makes the entry and the chain visible with the step. */
+    /* Readers sign their entry too, for the messages of peers that find a mismatch and for
+     * the check of the hashes; only writers put data there. The entry's step (release)
+     * makes signature, hash and data visible, as the publication makes the step. */
+    eager_entry(a, a->me, opno)->sig = sig;
+    eager_entry(a, a->me, opno)->chain = a->chain;
+    if (writes) memcpy(eager_entry(a, a->me, opno)->data, sendbuf, bytes);
+    atomic_store_explicit(&eager_entry(a, a->me, opno)->step, step, memory_order_release);
     arena__publish(a, step);
     if (coll == CHORUS_COLL_BROADCAST) {
         if (a->me == root) {

@@ -65,6 +65,9 @@ typedef struct {
      * publication does not wait for a line its readers keep pulling away. */
     alignas(ARENA_LINE) _Atomic uint64_t step;
     arena_sig_t sig;
+    /* The writer's hash of the signatures of its eager calls up to and including this one
+     * (arena__eager_check). */
+    uint64_t chain;
     alignas(ARENA_LINE) uint8_t data[ARENA_EAGER_MAX];
 } arena_eager_t;
 
@@ -85,9 +88,6 @@ typedef struct {
      * peers read the current operation's data from, published with the operation's first
      * step. */
     uint64_t addr;
-    /* A hash of the signatures of every eager call this rank made (arena_eager.c): ranks
-     * compare it at the next call that waits for everyone. */
-    _Atomic uint64_t chain;
     /* Registered windows (arena_win.c): where the buffers its peers read an operation's
      * data from lie, ARENA_OFFER(window, offset) or 0 (not in a window): [parity][0: send
      * buffer, 1: receive buffer]. Published with the operation's first step, by operation
@@ -168,8 +168,10 @@ struct chorus_arena {
     uint8_t *eager;     /* nlocal rings of eager_depth entries */
     uint32_t eager_depth; /* arena__eager_depth(n) */
     uint64_t first_step[ARENA_EAGER_DEPTH_MAX]; /* of operation k, at k % eager_depth */
-    uint64_t chain;     /* my ctl.chain */
-    int eager_unchecked; /* eager calls since the chains were last compared */
+    uint64_t chain;           /* the hash of my eager calls' signatures (arena_eager.c) */
+    uint64_t last_eager_opno; /* my last eager call, and the step it published */
+    uint64_t last_eager_step;
+    int eager_unchecked;      /* eager calls since the chains were last compared */
     uint64_t seen_all;  /* the highest step every local rank was seen at */
     uint64_t *seen;     /* per local rank, the highest step it was seen at (what an acquire
                          * load returned: what it wrote before is visible to this rank) */

@@ -4,7 +4,8 @@
  * for the others and may start the next call while the readers still copy out of this
  * one (lib/arena/arena_coll.c); this drives that run-ahead through every pairing of
  * broadcast, reduce, allgather and allreduce, with rotating roots, on the inline, flat and
- * staged paths, and checks every value of every call on every rank.
+ * staged paths, and checks every value of every call on every rank; then broadcasts whose
+ * sizes alternate between the eager rings and the other paths, as DDP's start-up makes.
  *
  *   chorusrun -n N mp_arena_runahead [--iters N]     (CHORUS_ALGO=arena; exit 77 without it)
  */
@@ -106,7 +107,28 @@ int main(int argc, char **argv)
             failures++;
         }
     }
-    if (failures == 0) printf("rank %d: %d calls checked\n", rank, iters);
+    /* Broadcasts from rank 0 whose sizes alternate between the eager rings (up to 1 KiB)
+     * and the other paths, as DDP's start-up makes them: the root of a larger one returns
+     * at once and runs on into the next small ones while its readers, still in the larger
+     * one, compare the hashes of the small ones made before it (a check that read the
+     * root's current hash reported a mismatch that was not). */
+    static const size_t startup[] = {36, 6792, 2048, 64, 4096, 64, 512};
+    for (int k = 0; k < 280 && failures == 0; k++) {
+        size_t count = startup[k % 7];
+        chorus_status_t st;
+        for (size_t i = 0; i < count; i++) send[i] = value(k + 100000, rank, i);
+        memset(recv, 0xcc, count * sizeof *recv);
+        st = chorus_broadcast(send, recv, count, CHORUS_INT32, 0, comm, NULL);
+        if (st != CHORUS_SUCCESS) {
+            printf("FAIL rank %d: start-up broadcast %d (%zu elements): %s: %s\n", rank, k,
+                   count, chorus_status_string(st), chorus_last_error());
+            failures++;
+            break;
+        }
+        for (size_t i = 0; i < count; i++)
+            check("start-up broadcast", k, rank, i, recv[i], value(k + 100000, 0, i));
+    }
+    if (failures == 0) printf("rank %d: %d calls checked\n", rank, iters + 280);
     free(send);
     free(recv);
     chorus_comm_destroy(comm);
