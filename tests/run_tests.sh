@@ -818,6 +818,9 @@ run_python_line() {
     run_test "$p/torch file:// n=2" py torch file 2
     run_test "$p/ddp chorus vs gloo vs one process, 50 steps" timeout -k 5 600 \
         env TORCH_LINE="$line" sh tests/python/test_ddp.sh
+    # DDP loses rank 3 at step 10, shrinks, grows back at step 20 (issue 39).
+    run_test "$p/elastic ddp: lose a rank, shrink, grow back, 40 steps" timeout -k 5 600 \
+        env TORCH_LINE="$line" sh tests/python/test_elastic_ddp.sh
     # FSDP2 (fully_shard) is torch 2.x's: the pip line only.
     [ "$line" = pip ] && run_test "$p/fsdp fully_shard chorus vs gloo, 40 steps" \
         timeout -k 5 600 env TORCH_LINE="$line" sh tests/python/test_fsdp.sh

@@ -134,3 +134,79 @@ def mem_stats(group=None):
     """(calls that read every peer's buffer in place, bytes read from peers' registered
     buffers) on this rank, for group's communicator (chorus_mem_stats)."""
     return tuple(_backend(group).mem_stats())
+
+
+# ---- recovery: a group that lost a rank goes on in the same processes (issue 39) ----
+#
+# After a rank dies, the survivors' Work.wait() (or DDP's backward) raises. Each survivor then
+# calls shrink(group) and gets a new process group of the survivors over Chorus's shrunk
+# communicator: no process restarts and no new store rendezvous. To take new processes in,
+# the survivors call grow(group, nnew, uid) with an id from unique_id() on rank 0, which
+# hands it to the new processes; they call join(uid, size, rank). The groups these return
+# are not registered with torch.distributed (no new_group): pass them where a group object
+# is taken (DistributedDataParallel(process_group=...), the group's own methods). Model and
+# optimizer state are the program's to share: broadcast(tensor, group) below from rank 0.
+
+
+def _wrap(be):
+    """A process group object over the backend be: on torch 2.x a c10d ProcessGroup with be
+    registered for the cpu device (as init_process_group builds one, with a store of its own
+    that nothing uses: the communicator is made already); on 1.13 be is one."""
+    import torch
+
+    if _torch_ext.torch_version_major < 2:
+        return be
+    pg = _dist.ProcessGroup(_dist.HashStore(), be.rank(), be.size())
+    kind = _dist.ProcessGroup.BackendType.CUSTOM
+    pg._register_backend(torch.device("cpu"), kind, be)
+    if hasattr(pg, "_set_default_backend"):
+        pg._set_default_backend(kind)
+    if hasattr(pg, "_set_group_name"):
+        pg._set_group_name(f"chorus-recovered-{id(pg):x}")
+    return pg
+
+
+def unique_id():
+    """A new id for grow() (bytes; it holds a fresh secret), served by this process: call it
+    on rank 0 of the group that grows."""
+    from . import _core
+
+    return _core.Comm.unique_id()
+
+
+def shrink(group=None):
+    """Collective over the group's live ranks, after one died: a new process group of the
+    survivors, ranked in their old order. The old group is revoked (its later calls fail at
+    once); drop it when done."""
+    be = _backend(group)
+    timeout = be.timeout_seconds()
+    return _wrap(_torch_ext.adopt_comm(be.shrink_comm(), timeout))
+
+
+def failed_ranks(group=None):
+    """The ranks of group that the survivors of shrink(group) agreed were lost."""
+    return list(_backend(group).failed_ranks())
+
+
+def grow(group, nnew, uid=None):
+    """Collective over group: a new process group with nnew more ranks, group's ranks first.
+    Rank 0 gives uid (unique_id()) and hands it to the new processes, which call
+    join(uid, size + nnew, size + k)."""
+    be = _backend(group)
+    timeout = be.timeout_seconds()
+    return _wrap(_torch_ext.adopt_comm(be.grow_comm(int(nnew), bytes(uid or b"")), timeout))
+
+
+def join(uid, size, rank, timeout=300.0):
+    """A new process's side of grow(): its process group, as rank `rank` of `size`."""
+    return _wrap(_torch_ext.join_comm(bytes(uid), int(size), int(rank), float(timeout)))
+
+
+def broadcast(tensor, group, root=0):
+    """Broadcasts tensor (in place) from root over a group these functions returned (which
+    torch.distributed.broadcast does not know), and waits."""
+    opts = _dist.BroadcastOptions()
+    opts.rootRank = int(root)
+    opts.rootTensor = 0
+    group.broadcast([tensor], opts).wait()
+    return tensor

@@ -63,6 +63,7 @@ class ProcessGroupChorus : public GroupBase {
     }
     check(chorus_comm_init(&comm_, size, &id, rank));
     check(chorus_comm_split(comm_, 0, rank, &p2p_));
+    timeout_s_ = timeout.count() / 1000.0;
     if (timeout.count() > 0) {
       check(chorus_comm_set_timeout(comm_, timeout.count() / 1000.0));
       check(chorus_comm_set_timeout(p2p_, timeout.count() / 1000.0));
@@ -71,6 +72,78 @@ class ProcessGroupChorus : public GroupBase {
     if (reproducible >= 0) check(chorus_comm_set_reproducible(comm_, reproducible));
     thread_ = std::thread([this] { completion_loop(); });
   }
+
+  // Adopts comm (from chorus_comm_shrink, chorus_comm_grow, or an init of a new process):
+  // this group owns it from here on, also when the constructor fails. Collective over comm
+  // (the second communicator for send/recv is split from it).
+  ProcessGroupChorus(chorus_comm_t comm, std::chrono::milliseconds timeout)
+      : GroupBase(comm_rank(comm), comm_size(comm)) {
+    comm_ = comm;
+    try {
+      check(chorus_comm_split(comm_, 0, getRank(), &p2p_));
+      if (timeout.count() > 0) {
+        check(chorus_comm_set_timeout(comm_, timeout.count() / 1000.0));
+        check(chorus_comm_set_timeout(p2p_, timeout.count() / 1000.0));
+      }
+    } catch (...) {
+      chorus_comm_destroy(p2p_);
+      chorus_comm_destroy(comm_);
+      throw;
+    }
+    thread_ = std::thread([this] { completion_loop(); });
+  }
+
+  static int comm_rank(chorus_comm_t comm) {
+    int r = -1;
+    check(chorus_comm_rank(comm, &r));
+    return r;
+  }
+
+  static int comm_size(chorus_comm_t comm) {
+    int n = 0;
+    check(chorus_comm_size(comm, &n));
+    return n;
+  }
+
+  // ---- recovery (chorus.torch.shrink / grow / join) ----
+
+  // Collective over the live ranks, after a failure: the survivors' communicator, for a new
+  // group (adopt). This group's communicator is revoked; the group must still be dropped.
+  uintptr_t shrink_comm() {
+    chorus_comm_t n = nullptr;
+    check(chorus_comm_shrink(comm_, 0, &n));
+    return reinterpret_cast<uintptr_t>(n);
+  }
+
+  std::vector<int> failed_ranks() {
+    int count = 0;
+    check(chorus_comm_failed_ranks(comm_, nullptr, 0, &count));
+    std::vector<int> ranks(static_cast<size_t>(count > 0 ? count : 1));
+    check(chorus_comm_failed_ranks(comm_, ranks.data(), count, &count));
+    ranks.resize(static_cast<size_t>(count));
+    return ranks;
+  }
+
+  // Collective: the communicator with nnew more ranks (rank 0 gives the id's bytes).
+  uintptr_t grow_comm(int nnew, const std::string& id) {
+    chorus_unique_id_t uid;
+    chorus_comm_t n = nullptr;
+    const bool have = id.size() == sizeof uid;
+    if (have) std::memcpy(&uid, id.data(), sizeof uid);
+    else if (getRank() == 0)
+      throw std::runtime_error("chorus: grow: rank 0: the id has " + std::to_string(id.size()) +
+                               " bytes, not " + std::to_string(sizeof uid));
+    check(chorus_comm_grow(comm_, nnew, have ? &uid : nullptr, &n));
+    return reinterpret_cast<uintptr_t>(n);
+  }
+
+  double timeout_seconds() {
+    // The group's deadline, for the groups made from it (chorus_comm_set_timeout's value is
+    // not readable back: the one this group was made with).
+    return timeout_s_;
+  }
+
+  double timeout_s_ = 0.0;
 
   ~ProcessGroupChorus() override {
     {
@@ -817,12 +890,51 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("mem_free", &chorus_torch::ProcessGroupChorus::mem_free, py::arg("ptr"),
            py::call_guard<py::gil_scoped_release>(), "Collective: chorus_mem_free.")
       .def("mem_stats", &chorus_torch::ProcessGroupChorus::mem_stats,
-           "chorus_mem_stats: (single-copy calls, bytes read from peers' buffers).");
+           "chorus_mem_stats: (single-copy calls, bytes read from peers' buffers).")
+      .def("shrink_comm", &chorus_torch::ProcessGroupChorus::shrink_comm,
+           py::call_guard<py::gil_scoped_release>(),
+           "Collective over the live ranks: chorus_comm_shrink; the new comm's handle.")
+      .def("failed_ranks", &chorus_torch::ProcessGroupChorus::failed_ranks,
+           "chorus_comm_failed_ranks: the ranks the survivors agreed were lost.")
+      .def("grow_comm", &chorus_torch::ProcessGroupChorus::grow_comm, py::arg("nnew"),
+           py::arg("id"), py::call_guard<py::gil_scoped_release>(),
+           "Collective: chorus_comm_grow; the new comm's handle (rank 0 gives the id).")
+      .def("timeout_seconds", &chorus_torch::ProcessGroupChorus::timeout_seconds);
   m.def("create_process_group", &chorus_torch::ProcessGroupChorus::create, py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("reproducible") = -1,
         py::call_guard<py::gil_scoped_release>(),
         "Makes a Chorus process group (torch.distributed calls it through the registered "
         "backend).");
+  m.def(
+      "adopt_comm",
+      [](uintptr_t comm, double timeout_s) {
+        auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+        auto pg = c10::make_intrusive<chorus_torch::ProcessGroupChorus>(
+            reinterpret_cast<chorus_comm_t>(comm), ms);
+        pg->timeout_s_ = timeout_s;
+        return pg;
+      },
+      py::arg("comm"), py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
+      "A Chorus process group over a communicator handle (from shrink_comm or grow_comm), "
+      "which it owns from then on. Collective over the communicator.");
+  m.def(
+      "join_comm",
+      [](const std::string& id, int size, int rank, double timeout_s) {
+        chorus_unique_id_t uid;
+        chorus_comm_t comm = nullptr;
+        if (id.size() != sizeof uid)
+          throw std::runtime_error("chorus: join: the id has " + std::to_string(id.size()) +
+                                   " bytes, not " + std::to_string(sizeof uid));
+        std::memcpy(&uid, id.data(), sizeof uid);
+        chorus_torch::check(chorus_comm_init(&comm, size, &uid, rank));
+        auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+        auto pg = c10::make_intrusive<chorus_torch::ProcessGroupChorus>(comm, ms);
+        pg->timeout_s_ = timeout_s;
+        return pg;
+      },
+      py::arg("id"), py::arg("size"), py::arg("rank"), py::arg("timeout_s"),
+      py::call_guard<py::gil_scoped_release>(),
+      "A new process's side of a grow: chorus_comm_init on the id, as rank `rank` of `size`.");
   m.def("build_info", []() { return std::string(chorus_build_info()); });
   m.attr("torch_version_major") = TORCH_VERSION_MAJOR;
 }
