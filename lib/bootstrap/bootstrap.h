@@ -104,6 +104,10 @@ chorus_acceptor_t *chorus__bootstrap_acceptor(chorus_bootstrap_t *bs);
 /* Closes the ring's connections only (the listener stays): a rank that leaves the ring
  * tells its neighbours at once. */
 void chorus__bootstrap_close_ring(chorus_bootstrap_t *bs);
+
+/* Nonzero when a ring neighbour has closed its end (it revoked or destroyed the comm, or
+ * died), *rank_p naming it; never blocks. */
+int chorus__bootstrap_ring_gone(chorus_bootstrap_t *bs, int *rank_p);
 /* Stops serving the listener (the acceptor and the listening socket): later connections to
  * this rank are refused at once. For a communicator that was shrunk, whose listener has no
  * more use: its survivors then see at once that this rank has left. */

@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -469,6 +470,30 @@ chorus_status_t chorus__bootstrap_peer_addr(const chorus_bootstrap_t *bs, int ra
 chorus_acceptor_t *chorus__bootstrap_acceptor(chorus_bootstrap_t *bs)
 {
     return bs->acc;
+}
+
+int chorus__bootstrap_ring_gone(chorus_bootstrap_t *bs, int *rank_p)
+{
+    struct pollfd pfd[2];
+    int n = 0;
+
+    if (bs == NULL) return 0;
+    if (bs->next_fd >= 0) pfd[n++] = (struct pollfd){.fd = bs->next_fd, .events = POLLIN};
+    if (bs->prev_fd >= 0) pfd[n++] = (struct pollfd){.fd = bs->prev_fd, .events = POLLIN};
+    if (n == 0 || poll(pfd, (nfds_t)n, 0) <= 0) return 0;
+    for (int i = 0; i < n; i++) {
+        char c;
+        if (pfd[i].revents == 0) continue;
+        /* Data (a bootstrap collective the neighbour started) is no departure: only the end
+         * of the stream or an error is. */
+        if (!(pfd[i].revents & (POLLHUP | POLLERR)) &&
+            recv(pfd[i].fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0)
+            continue;
+        *rank_p = pfd[i].fd == bs->next_fd ? (bs->rank + 1) % bs->nranks
+                                           : (bs->rank + bs->nranks - 1) % bs->nranks;
+        return 1;
+    }
+    return 0;
 }
 
 void chorus__bootstrap_close_ring(chorus_bootstrap_t *bs)

@@ -157,11 +157,11 @@ static void comm_seq_text(chorus_comm_t comm, uint64_t seq)
 
 void chorus__comm_what(chorus_comm_t comm, const char *name, char *buf, size_t len)
 {
-    uint64_t seq = ++comm->seq;
+    uint64_t seq = ++comm->seq, now = chorus__now_coarse_ns();
     size_t nlen = strlen(name), dlen;
 
-    chorus__hang_begin(comm, name, seq);
-    chorus__fr_begin(comm->flight, name, seq);
+    chorus__hang_begin(comm, name, seq, now);
+    chorus__fr_begin(comm->flight, name, seq, now);
     comm_seq_text(comm, seq);
     comm->seq_text_of = seq;
     dlen = sizeof comm->seq_text - 1 - comm->seq_text_at;
@@ -635,7 +635,16 @@ static chorus_status_t core_stall_check(void *arg, const char *what)
 {
     chorus_comm_t comm = arg;
     const chorus_exec_t *x = &comm->exec;
+    int gone;
 
+    /* A peer that revoked the comm (to shrink) or left it closes its bootstrap connections:
+     * a transport that cannot say so itself (ucx: a forced close reaches a peer only when it
+     * sends) still lets the waiting ranks fail now instead of at their deadline, and their
+     * own revoke passes it on around the ring. */
+    if (chorus__bootstrap_ring_gone(comm->bs, &gone))
+        return chorus__error(CHORUS_ERR_REMOTE, "rank %d: %s: rank %d left the communicator "
+                             "(revoked, destroyed or dead: its bootstrap connection closed)",
+                             comm->rank, what, gone);
     if (comm->arena == NULL) return CHORUS_SUCCESS;
     if (x->sig.coll != CHORUS_EXEC_SIG_P2P) return chorus__arena_cross_check(comm->arena, what);
     /* A send or receive waits on a peer that went on to the next collective: when that

@@ -179,13 +179,11 @@ static fr_entry_t *fr_entry(chorus_flight_t *fr, uint64_t seq)
     return &fr->e[seq % fr->n];
 }
 
-void chorus__fr_begin(chorus_flight_t *fr, const char *name, uint64_t seq)
+void chorus__fr_begin(chorus_flight_t *fr, const char *name, uint64_t seq, uint64_t now)
 {
     fr_entry_t *e;
-    uint64_t now;
 
     if (fr == NULL || seq == 0) return;
-    now = chorus__now_coarse_ns();
     if (fr->cur != 0) {
         fr_entry_t *prev = fr_entry(fr, fr->cur);
         if (prev->state == FR_STARTED) {

@@ -28,10 +28,10 @@ typedef struct chorus_flight chorus_flight_t;
 chorus_flight_t *chorus__fr_open(uint64_t comm_id, int rank, int nranks);
 void chorus__fr_close(chorus_flight_t *fr);
 
-/* A call named name (a static string) with sequence number seq starts: a new entry,
- * state started. A call before it still started is taken as done (as the hang report
+/* A call named name (a static string) with sequence number seq starts at now (coarse
+ * clock, read once for this and the hang report): a new entry, state started. A call before it still started is taken as done (as the hang report
  * does: it returned without reporting, e.g. on an error before it ran). */
-void chorus__fr_begin(chorus_flight_t *fr, const char *name, uint64_t seq);
+void chorus__fr_begin(chorus_flight_t *fr, const char *name, uint64_t seq, uint64_t now);
 
 /* What the call in flight is: count elements (or bytes, for point to point), dtype, op,
  * root or peer (-1: none), algorithm (a static string, NULL: none). */

@@ -158,7 +158,7 @@ void chorus__hang_unregister(struct chorus_comm *comm)
     comm->hang_slot = -1;
 }
 
-void chorus__hang_begin(struct chorus_comm *comm, const char *name, uint64_t seq)
+void chorus__hang_begin(struct chorus_comm *comm, const char *name, uint64_t seq, uint64_t now)
 {
     hang_slot_t *s = hang_slot(comm);
     uint64_t prev;
@@ -169,7 +169,7 @@ void chorus__hang_begin(struct chorus_comm *comm, const char *name, uint64_t seq
     prev = atomic_load_explicit(&s->seq, memory_order_relaxed);
     if (prev != 0) atomic_store_explicit(&s->last_done, prev, memory_order_relaxed);
     atomic_store_explicit(&s->name, name, memory_order_relaxed);
-    atomic_store_explicit(&s->since_ns, chorus__now_coarse_ns(), memory_order_relaxed);
+    atomic_store_explicit(&s->since_ns, now, memory_order_relaxed);
     atomic_store_explicit(&s->seq, seq, memory_order_release);
 }
 

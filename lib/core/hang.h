@@ -27,8 +27,9 @@ struct chorus_exec;
 void chorus__hang_register(struct chorus_comm *comm);
 void chorus__hang_unregister(struct chorus_comm *comm);
 
-/* A call named name (a static string) with sequence number seq starts / ended. */
-void chorus__hang_begin(struct chorus_comm *comm, const char *name, uint64_t seq);
+/* A call named name (a static string) with sequence number seq starts at now (coarse
+ * clock, chorus__now_coarse_ns) / ended. */
+void chorus__hang_begin(struct chorus_comm *comm, const char *name, uint64_t seq, uint64_t now);
 void chorus__hang_end(struct chorus_comm *comm);
 
 /* A call failed with status; on CHORUS_ERR_TIMEOUT (and CHORUS_HANG_REPORT >= 1) this

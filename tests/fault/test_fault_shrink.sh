@@ -16,7 +16,8 @@
 # refused (authentication) while the others go on, then a fresh process joins, takes the
 # step from rank 0 and trains; all 8 finish with correct sums, at least 100 steps on the
 # grown comm, the first within 2 s of the kill (less the test's own wait and its refused
-# joiner's attempt). Over shm and over tcp (the new process on the dead rank's host).
+# joiner's attempt). Over shm, over UCX on this host, and over tcp (the new process on the
+# dead rank's host).
 # SHRINK_COUNT changes the allreduce's elements (make check passes 4 MiB, SHRINK_RUNS=3).
 set -u
 BUILD=${BUILD:-build}
@@ -191,13 +192,16 @@ check_grow() {
     echo "$worst" >>"$TIMES"
 }
 
+# shm_grow_run K [ucx]: on this host; with ucx, every pair over UCX (its tcp transport),
+# whose failures reach the waiting ranks through the bootstrap ring.
 shm_grow_run() {
-    k=$1
+    k=$1 tp=${2:-}
     victim=$(((k * 3 + 5) % 8))
-    label="shm grow run $k (kill $victim, grow back)"
+    label="${tp:-shm} grow run $k (kill $victim, grow back)"
     rm -rf "$TMP"/*.pid "$TMP/grow"
     mkdir -p "$TMP/grow"
-    env CHORUS_TIMEOUT=60 "$RUN" -n 8 --on-failure continue --timeout 120 -- "$PROG" \
+    # shellcheck disable=SC2086
+    env CHORUS_TIMEOUT=60 ${tp:+CHORUS_TRANSPORT=ucx UCX_TLS=tcp,self} "$RUN" -n 8 --on-failure continue --timeout 120 -- "$PROG" \
         --steps "$STEPS" --count "$COUNT" --pid-dir "$TMP" --grow "$TMP/grow" >"$LOG" 2>&1 &
     RUNPID=$!
     if ! wait_pids "$TMP" 8 60; then
@@ -208,7 +212,11 @@ shm_grow_run() {
     sleep 0.2
     t_kill=$(now)
     kill -9 "$(cat "$TMP/$victim.pid")"
-    join_back "$TMP/grow"
+    if [ -n "$tp" ]; then
+        CHORUS_TRANSPORT=ucx UCX_TLS=tcp,self join_back "$TMP/grow"
+    else
+        join_back "$TMP/grow"
+    fi
     wait "$RUNPID"
     rc=$?
     RUNPID=""
@@ -245,6 +253,13 @@ tcp_grow_run() {
 
 for k in $(seq 1 "$RUNS"); do shm_run "$k" 0; done
 for k in $(seq 1 "$RUNS"); do shm_grow_run "$k"; done
+UCX_RAN=0
+if grep -q '^HAVE_UCX *:= *1' "$BUILD/config.mk" 2>/dev/null; then
+    for k in $(seq 1 "$RUNS"); do shm_grow_run "$k" ucx; done
+    UCX_RAN=1
+else
+    echo "PART-SKIP ucx-grow: skipped: built without UCX (apt-get install libucx-dev)"
+fi
 for k in $(seq 1 "$RUNS"); do shm_run "$k" 1; done
 for k in $(seq 1 "$RUNS"); do shm_run "$k" 2; done
 # cluster_start exits 77 where namespaces cannot be made: the tcp part runs in a subshell,
@@ -266,4 +281,4 @@ for twice in 0 1 2 3; do
     TCP_RAN=$((TCP_RAN + 1))
 done
 echo "shrink: slowest recovery over $(wc -l <"$TIMES") runs: $(sort -n "$TIMES" | tail -n 1) s"
-echo "shrink: $((4 * RUNS)) runs over shm and $((TCP_RAN * RUNS)) over tcp passed"
+echo "shrink: $((4 * RUNS)) runs over shm, $((UCX_RAN * RUNS)) over ucx and $((TCP_RAN * RUNS)) over tcp passed"

@@ -135,6 +135,7 @@ typedef struct ucx_tp {
     size_t imm_length;
     unsigned refused;      /* handshake messages refused (bad proof or length) */
     int closing;           /* fini has begun: completions no longer touch callers' requests */
+    int left;              /* leave closed every endpoint (ucx_leave) */
     chorus_status_t error; /* the first connection error, returned by progress() */
     ucx_peer_t *peers;     /* nranks entries */
     /* Memory registration (ucx_mem.c). */

@@ -463,8 +463,11 @@ static void ucx_detach_all(ucx_tp_t *tp)
     }
 }
 
-/* Closes every endpoint, flushing for at most UCX_CLOSE_NS, then forcing the rest. */
-static void ucx_close_eps(ucx_tp_t *tp)
+/* Closes every endpoint, flushing for at most UCX_CLOSE_NS, then forcing the rest; with
+ * force, every endpoint that has peer-failure handling is forced at once (its requests,
+ * failed already, are dropped: a flush could not end, and UCX asserts when a worker goes with
+ * requests still on an endpoint). */
+static void ucx_close_eps(ucx_tp_t *tp, int force)
 {
     void **reqs = calloc((size_t)tp->nranks, sizeof(*reqs));
     uint64_t deadline = chorus__now_ns() + UCX_CLOSE_NS;
@@ -477,7 +480,7 @@ static void ucx_close_eps(ucx_tp_t *tp)
         if (pp->ep == NULL) continue;
         param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         /* Forcing is undefined without error handling: those only flush, within the time. */
-        param.flags = (pp->ep_status != UCS_OK || reqs == NULL) && !pp->no_errhandling
+        param.flags = (force || pp->ep_status != UCS_OK || reqs == NULL) && !pp->no_errhandling
                           ? UCP_EP_CLOSE_FLAG_FORCE
                           : 0;
         void *r = ucp_ep_close_nbx(pp->ep, &param);
@@ -509,12 +512,37 @@ static void ucx_close_eps(ucx_tp_t *tp)
     free(reqs);
 }
 
+/* Leaving the communicator (it was revoked, or this rank found a mismatch): every peer is
+ * failed here, and every endpoint closed at once, forced where the peer has error handling,
+ * so that a peer still waiting on this rank sees it go now, not at its deadline (tcp sends
+ * a message for it, shm marks the segment). Without it the survivors of a death that had
+ * not seen it waited in their collective on the ranks that had gone on to shrink. */
+static void ucx_leave(chorus_tp_t *tpv, chorus_status_t status)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)tpv;
+    char why[1024]; /* status.c keeps messages of up to 1024 bytes */
+
+    if (tp == NULL || tp->left) return;
+    tp->left = 1;
+    /* The caller's message (the failure that made it leave) stays this thread's. */
+    snprintf(why, sizeof why, "%s", chorus_last_error());
+    for (int p = 0; p < tp->nranks; p++) {
+        if (p == tp->rank || tp->peers[p].ep == NULL) continue;
+        (void)chorus__ucx_fail_peer(tp, p, status, "rank %d: ucx: this rank left the "
+                                    "communicator (%s)", tp->rank, chorus_status_string(status));
+    }
+    (void)chorus__error(status, "%s", why);
+    ucx_close_eps(tp, 1);
+}
+
 static void ucx_fini(chorus_tp_t *tpv)
 {
     ucx_tp_t *tp = (ucx_tp_t *)tpv;
+    int pending = 0;
     if (tp == NULL) return;
+    for (int p = 0; p < tp->nranks; p++) pending |= tp->peers[p].head != NULL;
     ucx_detach_all(tp);
-    ucx_close_eps(tp);
+    ucx_close_eps(tp, pending || tp->ep_errors || tp->error != CHORUS_SUCCESS);
     /* Remote keys belong to the worker and registrations to the context: both go first. */
     chorus__ucx_rma_free_all(tp);
     chorus__ucx_mem_fini(tp);
@@ -539,6 +567,7 @@ const chorus_tp_ops_t chorus__tp_ucx_ops = {
     .reg_mem = chorus__ucx_reg_mem,
     .dereg_mem = chorus__ucx_dereg_mem,
     .fini = ucx_fini,
+    .leave = ucx_leave,
 };
 
 #else /* !CHORUS_HAVE_UCX */

@@ -292,7 +292,8 @@ static int ucx_check_peer(ucx_tp_t *tp, int peer, const char *op, const void *bu
                           chorus_tp_req_t *req, chorus_status_t *status_p)
 {
     if (req == NULL || peer < 0 || peer >= tp->nranks || peer == tp->rank ||
-        tp->peers[peer].ep == NULL || (buf == NULL && bytes > 0)) {
+        (tp->peers[peer].ep == NULL && tp->peers[peer].error == CHORUS_SUCCESS) ||
+        (buf == NULL && bytes > 0)) {
         *status_p = chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
                                   "rank %d: ucx: %s: peer %d is not connected or bad arguments",
                                   tp->rank, op, peer);

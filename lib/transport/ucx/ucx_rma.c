@@ -379,6 +379,8 @@ static void rma_send_step(ucx_tp_t *tp, ucx_rma_t *rma)
     ucp_request_param_t param;
     uint64_t addr = 0;
 
+    /* The endpoint is gone (ucx_leave): the peer was failed there, and this with it. */
+    if (pp->ep == NULL) return;
     if (rma->got_rtr && !rma->started) {
         rma->started = 1;
         rma->fin_code = rma_check_rtr(tp, rma, &addr);
