@@ -629,6 +629,8 @@ chorus_status_t chorus_get_unique_id(chorus_unique_id_t *id_p)
     return CHORUS_SUCCESS;
 }
 
+#define CORE_RING_GONE_GRACE_NS (100 * 1000 * 1000ull)
+
 /* A schedule's wait that stalled: a local peer in the same call on the arena means the
  * calls differ (the engine's signatures cannot reach a rank that waits in the arena). */
 static chorus_status_t core_stall_check(void *arg, const char *what)
@@ -639,12 +641,18 @@ static chorus_status_t core_stall_check(void *arg, const char *what)
 
     /* A peer that revoked the comm (to shrink) or left it closes its bootstrap connections:
      * a transport that cannot say so itself (ucx: a forced close reaches a peer only when it
-     * sends) still lets the waiting ranks fail now instead of at their deadline, and their
-     * own revoke passes it on around the ring. */
-    if (chorus__bootstrap_ring_gone(comm->bs, &gone))
-        return chorus__error(CHORUS_ERR_REMOTE, "rank %d: %s: rank %d left the communicator "
-                             "(revoked, destroyed or dead: its bootstrap connection closed)",
-                             comm->rank, what, gone);
+     * sends) still lets the waiting ranks fail instead of waiting out their deadline, and
+     * their own revoke passes it on around the ring. Only after 100 ms: a neighbour that
+     * left because another rank died is the news second-hand, and the transports name the
+     * dead rank themselves within tens of milliseconds (shm, tcp). */
+    if (chorus__bootstrap_ring_gone(comm->bs, &gone)) {
+        uint64_t now = chorus__now_ns();
+        if (comm->ring_gone_ns == 0) comm->ring_gone_ns = now;
+        if (now - comm->ring_gone_ns >= CORE_RING_GONE_GRACE_NS)
+            return chorus__error(CHORUS_ERR_REMOTE, "rank %d: %s: rank %d left the "
+                                 "communicator (revoked, destroyed or dead: its bootstrap "
+                                 "connection closed)", comm->rank, what, gone);
+    }
     if (comm->arena == NULL) return CHORUS_SUCCESS;
     if (x->sig.coll != CHORUS_EXEC_SIG_P2P) return chorus__arena_cross_check(comm->arena, what);
     /* A send or receive waits on a peer that went on to the next collective: when that

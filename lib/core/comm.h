@@ -116,6 +116,7 @@ struct chorus_comm {
     uint8_t seq_text_at;               /* where the digits start in seq_text */
     int hang_slot;                     /* the comm's slot of the hang report (hang.c), or -1 */
     struct chorus_flight *flight;      /* the flight recorder (flight.c), NULL when off */
+    uint64_t ring_gone_ns;             /* when a stalled wait first saw a ring neighbour gone */
     uint64_t logged[CHORUS_NUM_COLLS]; /* size classes whose algorithm choice was logged */
 
     /* The CUDA plugin's table (lib/gpu/gpu.h) when one loaded and found a device, else NULL:
