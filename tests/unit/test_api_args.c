@@ -2,7 +2,8 @@
  * The public API on a one-rank communicator in one process: every bad argument of every
  * entry point returns the documented status and a message naming the operation, and every
  * valid call gives the exact result (with one rank, each collective is a copy). One test,
- * test_split_order, runs 4 ranks as threads for chorus_comm_split's order.
+ * test_split_order, runs 4 ranks as threads for chorus_comm_split's order; test_grow grows a
+ * comm to 2 ranks, the second a thread.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -704,6 +705,68 @@ static void test_revoke_shrink(void **state)
     EXPECT_OK(chorus_comm_destroy(small));
 }
 
+/* chorus_comm_grow: its argument errors, then a 1-rank comm that takes in a second rank
+ * (another thread joins with chorus_comm_init on the id), and an allreduce over the two. */
+typedef struct {
+    chorus_unique_id_t id;
+    chorus_status_t status;
+    int32_t sum;
+} grow_joiner_t;
+
+static void *grow_joiner(void *arg)
+{
+    grow_joiner_t *j = arg;
+    chorus_comm_t c = NULL;
+    int32_t v = 20;
+
+    j->status = chorus_comm_init(&c, 2, &j->id, 1);
+    if (j->status == CHORUS_SUCCESS) {
+        j->status = chorus_allreduce(&v, &j->sum, 1, CHORUS_INT32, CHORUS_SUM, c, NULL);
+        chorus_comm_destroy(c);
+    }
+    return NULL;
+}
+
+static void test_grow(void **state)
+{
+    chorus_comm_t c, big = (chorus_comm_t)&big;
+    grow_joiner_t j;
+    pthread_t t;
+    int r = -1, n = -1;
+    int32_t v = 22, sum = 0;
+    (void)state;
+
+    memset(&j, 0, sizeof j);
+    EXPECT_ERR(chorus_comm_grow(NULL, 1, &j.id, &big), CHORUS_ERR_INVALID_ARGUMENT,
+               "comm is NULL");
+    assert_int_equal(new_comm(&c), CHORUS_SUCCESS);
+    EXPECT_ERR(chorus_comm_grow(c, 1, &j.id, NULL), CHORUS_ERR_INVALID_ARGUMENT, "newcomm_p");
+    EXPECT_ERR(chorus_comm_grow(c, 0, &j.id, &big), CHORUS_ERR_INVALID_ARGUMENT, "0 new ranks");
+    EXPECT_ERR(chorus_comm_grow(c, -3, &j.id, &big), CHORUS_ERR_INVALID_ARGUMENT, "-3 new ranks");
+    EXPECT_ERR(chorus_comm_grow(c, 1 << 30, &j.id, &big), CHORUS_ERR_INVALID_ARGUMENT,
+               "new ranks");
+    EXPECT_ERR(chorus_comm_grow(c, 1, NULL, &big), CHORUS_ERR_INVALID_ARGUMENT, "id is NULL");
+    assert_ptr_equal(big, (chorus_comm_t)&big);
+
+    EXPECT_OK(chorus_get_unique_id(&j.id));
+    assert_int_equal(pthread_create(&t, NULL, grow_joiner, &j), 0);
+    EXPECT_OK(chorus_comm_grow(c, 1, &j.id, &big));
+    EXPECT_OK(chorus_comm_rank(big, &r));
+    EXPECT_OK(chorus_comm_size(big, &n));
+    assert_int_equal(r, 0);
+    assert_int_equal(n, 2);
+    EXPECT_OK(chorus_allreduce(&v, &sum, 1, CHORUS_INT32, CHORUS_SUM, big, NULL));
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(j.status, CHORUS_SUCCESS);
+    assert_int_equal(sum, 42);
+    assert_int_equal(j.sum, 42);
+    /* The old comm is untouched and still works. */
+    EXPECT_OK(chorus_allreduce(&v, &sum, 1, CHORUS_INT32, CHORUS_SUM, c, NULL));
+    assert_int_equal(sum, 22);
+    EXPECT_OK(chorus_comm_destroy(big));
+    EXPECT_OK(chorus_comm_destroy(c));
+}
+
 static void test_abort_then_destroy(void **state)
 {
     chorus_comm_t c;
@@ -904,6 +967,7 @@ int main(void)
         cmocka_unit_test(test_split_order),
         cmocka_unit_test(test_abort_then_destroy),
         cmocka_unit_test(test_revoke_shrink),
+        cmocka_unit_test(test_grow),
         cmocka_unit_test(test_algorithm_name_bad_args),
         cmocka_unit_test(test_algorithm_name_choices),
     };
