@@ -30,6 +30,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import chorus.torch as ct
 
 GLOBAL_BATCH = 48  # divisible by 3 and 4
+
+
+def say(text):
+    """One write per line: the new process shares rank 0's output."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 DIM, HIDDEN, OUT = 32, 64, 8
 
 
@@ -91,7 +97,7 @@ def main():
         pg = ct.join(uid, size, me, timeout=60)
         ddp = DDP(module, process_group=pg)
         step = share_state(module, pg, 0)
-        print(f"new rank {me}: joined {size} ranks, resuming at step {step}", flush=True)
+        say(f"new rank {me}: joined {size} ranks, resuming at step {step}")
         rank = me
         grown = True
     else:
@@ -111,14 +117,13 @@ def main():
             train_step(ddp, opt, step, rank, size)
             step += 1
         except RuntimeError as e:
-            print(f"rank {first_rank}: step {step} failed: {str(e).splitlines()[0][:160]}",
-                  flush=True)
+            say(f"rank {first_rank}: step {step} failed: {str(e).splitlines()[0][:160]}")
             pg = ct.shrink(pg)
             rank, size = pg.rank(), pg.size()
             ddp = DDP(module, process_group=pg)
             step = share_state(module, pg, step)
-            print(f"rank {first_rank}: shrunk to {size} ranks, now rank {rank}, resuming at "
-                  f"step {step}", flush=True)
+            say(f"rank {first_rank}: shrunk to {size} ranks, now rank {rank}, resuming at "
+                f"step {step}")
             continue
         if not args.undisturbed and not grown and step == args.grow_at and size < 4:
             uid = ct.unique_id() if rank == 0 else None
@@ -135,17 +140,16 @@ def main():
             ddp = DDP(module, process_group=pg)
             step = share_state(module, pg, step)
             grown = True
-            print(f"rank {first_rank}: grown to {size} ranks at step {step}", flush=True)
+            say(f"rank {first_rank}: grown to {size} ranks at step {step}")
     loss = full_loss(module, args.steps)
-    print(f"rank {first_rank}: done: {args.steps} steps on {size} ranks, final loss {loss:.6f}",
-          flush=True)
+    say(f"rank {first_rank}: done: {args.steps} steps on {size} ranks, final loss {loss:.6f}")
     if rank == 0 and args.save:
         with open(args.save, "w") as f:
             f.write(f"{loss:.9f}\n")
     if joiner is not None:
         joiner.wait(timeout=120)
         if joiner.returncode != 0:
-            print(f"rank 0: the new process ended with {joiner.returncode}", flush=True)
+            say(f"rank 0: the new process ended with {joiner.returncode}")
             sys.exit(1)
     sys.exit(0)
 
