@@ -84,6 +84,16 @@ static int write_file(const char *dir, const char *name, const void *data, size_
     return rename(tmp, path);
 }
 
+/* DIR/<rank>.pid: the pid, then a newline, for the scripts that kill ranks. */
+static void write_pid(const char *dir, int rank)
+{
+    char name[32], text[32];
+
+    snprintf(name, sizeof name, "%d.pid", rank);
+    snprintf(text, sizeof text, "%ld\n", (long)getpid());
+    (void)write_file(dir, name, text, strlen(text));
+}
+
 /* Rank 0's side of a growth: a fresh id (this process serves its rendezvous), written
  * where the new processes look; then every rank of comm takes them in. */
 static chorus_status_t grow_back(chorus_comm_t *comm_p, int target, const char *dir, int me)
@@ -144,20 +154,6 @@ static void *die_later(void *arg)
     usleep((useconds_t)(die_ms * 1000));
     raise(SIGKILL);
     return NULL;
-}
-
-static void write_pid(const char *dir, int rank)
-{
-    char path[4096], tmp[4096];
-    FILE *f;
-
-    snprintf(tmp, sizeof tmp, "%s/.%d.tmp", dir, rank);
-    snprintf(path, sizeof path, "%s/%d.pid", dir, rank);
-    f = fopen(tmp, "w");
-    if (f == NULL) return;
-    fprintf(f, "%ld\n", (long)getpid());
-    fclose(f);
-    rename(tmp, path);
 }
 
 int main(int argc, char **argv)

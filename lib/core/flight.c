@@ -99,11 +99,7 @@ static void fr_on_usr1(int sig, siginfo_t *info, void *ctx)
 
     fr_dump_all("SIGUSR1");
     /* A handler the program (or the hang report) had before us still runs. */
-    if ((fr_old_usr1.sa_flags & SA_SIGINFO) && fr_old_usr1.sa_sigaction != NULL)
-        fr_old_usr1.sa_sigaction(sig, info, ctx);
-    else if (fr_old_usr1.sa_handler != SIG_DFL && fr_old_usr1.sa_handler != SIG_IGN &&
-             fr_old_usr1.sa_handler != NULL)
-        fr_old_usr1.sa_handler(sig);
+    chorus__sig_chain(&fr_old_usr1, sig, info, ctx);
     errno = saved_errno;
 }
 

@@ -99,11 +99,7 @@ static void hang_on_signal(int sig, siginfo_t *info, void *ctx)
         (void)chorus__sigfmt_write(STDERR_FILENO, &l.f);
     }
     /* A handler the program had before us still runs. */
-    if ((hang_old_action.sa_flags & SA_SIGINFO) && hang_old_action.sa_sigaction != NULL)
-        hang_old_action.sa_sigaction(sig, info, ctx);
-    else if (hang_old_action.sa_handler != SIG_DFL && hang_old_action.sa_handler != SIG_IGN &&
-             hang_old_action.sa_handler != NULL)
-        hang_old_action.sa_handler(sig);
+    chorus__sig_chain(&hang_old_action, sig, info, ctx);
     errno = saved_errno;
 }
 

@@ -1,12 +1,14 @@
 /*
  * Text built without stdio or allocation, for what a signal handler writes (the hang report,
  * the flight recorder's dump): a fixed buffer that silently stops growing when full, and
- * numbers spelled by hand. Everything here is async-signal-safe.
+ * numbers spelled by hand; and the call of the handler a program had before ours. Everything
+ * here is async-signal-safe.
  */
 #ifndef CHORUS_UTIL_SIGFMT_H
 #define CHORUS_UTIL_SIGFMT_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -80,6 +82,17 @@ static inline int chorus__sigfmt_write(int fd, const chorus_sigfmt_t *f)
         off += (size_t)n;
     }
     return 0;
+}
+
+/* Runs old, the handler installed before ours, as the kernel would have: the program's own
+ * handler (or another of ours) still sees the signal; default and ignore do nothing here. */
+static inline void chorus__sig_chain(const struct sigaction *old, int sig, siginfo_t *info,
+                                     void *ctx)
+{
+    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction != NULL)
+        old->sa_sigaction(sig, info, ctx);
+    else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN && old->sa_handler != NULL)
+        old->sa_handler(sig);
 }
 
 #endif
