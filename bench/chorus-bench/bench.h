@@ -127,6 +127,9 @@ typedef struct {
     char algo[BENCH_ALGO_NAME_BYTES];
     /* The cost model's time for this call (chorus_algorithm_predict), -1 when it has none. */
     double predicted_us;
+    /* -R 1, out of place: the busbw that the measured memory bandwidth allows this row's
+     * single-copy path (membw.c); 0 when it has none. */
+    double bound_busbw;
     int pass; /* --algo all: index in bench_algo_names of the pass (0: auto); not saved */
 } row_t;
 
@@ -151,6 +154,11 @@ typedef struct {
     int nccl_version; /* --backend nccl: ncclGetVersion(); 0 otherwise */
     int blocking;
     int registered; /* -R */
+    /* -R 1: what chorus_mem_stats said on rank 0 after the run, and the memory bandwidth
+     * measured in the same run (bytes copied per second by all ranks at once; 0 when not
+     * measured). */
+    uint64_t reg_calls, reg_bytes;
+    double membw_copy_Bps;
 } meta_t;
 
 typedef struct {

@@ -3,7 +3,8 @@
  * memory moves its bytes with the processors' loads and stores, so the machine's memory
  * bandwidth bounds it. This file measures that bandwidth in the same run (every rank copies
  * at once, as the ranks of a collective do) and, for each row timed out of place, prints the
- * busbw the bound allows and the fraction of it the row reached.
+ * busbw the bound allows and the fraction of it the row reached; --json carries both
+ * (metadata.memory_bandwidth, rows[].bound_busbw and bound_fraction).
  *
  * The model (bench/README.md, "Registered memory", has the derivation): a memcpy of X bytes reads X and writes X,
  * so the ranks' copies together give a traffic rate M = 2 x (bytes copied per second, all
@@ -89,6 +90,7 @@ void bench_membw_report(bench_t *b)
     double copy = membw_measure(b), traffic_rate = 2.0 * copy;
 
     if (b->rank != 0) return;
+    b->res.meta.membw_copy_Bps = copy;
     if (copy <= 0.0) {
         printf("# Memory bandwidth     : not measured (no memory for 2 x %zu bytes)\n#\n",
                MEMBW_BYTES);
@@ -101,11 +103,12 @@ void bench_membw_report(bench_t *b)
     printf("#  %-15s %12s %10s %10s %9s\n", "collective", "size (B)", "busbw", "bound",
            "fraction");
     for (size_t i = 0; i < b->res.nrows; i++) {
-        const row_t *row = &b->res.rows[i];
+        row_t *row = &b->res.rows[i];
         double per = traffic_per_byte(row->coll, b->nranks, row->size), t_min, bound;
         if (row->in_place || per <= 0.0 || row->time_us <= 0.0 || row->size == 0) continue;
         t_min = per * (double)row->size / traffic_rate * 1e6; /* us */
         bound = row->busbw * row->time_us / t_min;
+        row->bound_busbw = bound; /* for --json */
         printf("#  %-15s %12llu %10.2f %10.2f %9.2f\n", bench_coll_name(row->coll),
                (unsigned long long)row->size, row->busbw, bound, row->busbw / bound);
     }

@@ -68,6 +68,20 @@ static json_t *meta_json(const meta_t *m)
     if (m->gpu[0] != '\0') bad |= set(o, "gpu", json_string(m->gpu));
     if (m->nccl_version > 0) bad |= set(o, "nccl_version", json_integer(m->nccl_version));
     bad |= set(o, "options", opt);
+    if (m->registered) {
+        json_t *reads = json_object(), *bw;
+        bad |= reads == NULL;
+        bad |= set(reads, "calls", json_integer((json_int_t)m->reg_calls));
+        bad |= set(reads, "bytes", json_integer((json_int_t)m->reg_bytes));
+        bad |= set(o, "registered_reads", reads);
+        if (m->membw_copy_Bps > 0.0) {
+            bw = json_object();
+            bad |= bw == NULL;
+            bad |= set(bw, "copy_GBps", json_real(m->membw_copy_Bps / 1e9));
+            bad |= set(bw, "traffic_GBps", json_real(2.0 * m->membw_copy_Bps / 1e9));
+            bad |= set(o, "memory_bandwidth", bw);
+        }
+    }
     if (bad) {
         json_decref(o);
         return NULL;
@@ -98,6 +112,10 @@ static json_t *row_json(const row_t *w)
     bad |= set(o, "iters", json_integer(w->iters));
     /* Optional: only where the cost model had an answer. */
     if (w->predicted_us >= 0.0) bad |= set(o, "predicted_us", json_real(w->predicted_us));
+    if (w->bound_busbw > 0.0) {
+        bad |= set(o, "bound_busbw", json_real(w->bound_busbw));
+        bad |= set(o, "bound_fraction", json_real(w->busbw / w->bound_busbw));
+    }
     if (bad) {
         json_decref(o);
         return NULL;
@@ -195,6 +213,8 @@ static int read_row(const json_t *o, row_t *w)
     w->iters = (int)num(o, "iters");
     v = json_object_get(o, "predicted_us");
     w->predicted_us = json_is_number(v) ? json_number_value(v) : -1.0;
+    v = json_object_get(o, "bound_busbw");
+    w->bound_busbw = json_is_number(v) ? json_number_value(v) : 0.0;
     return 0;
 }
 

@@ -6,7 +6,8 @@
 #   2. the bound of each row is what the printed memory bandwidth allows for the path's
 #      reads and writes (recomputed here from the printed M with the table of
 #      bench/README.md, "Registered memory"), and the fraction is busbw / bound;
-#   3. -R 1 with -G is refused; --json records options.registered 1.
+#   3. -R 1 with -G is refused; --json records options.registered 1, the reads of peers'
+#      buffers, the memory bandwidth and each row's bound and fraction, as printed.
 set -u
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/chorusrun"
@@ -86,10 +87,54 @@ if "$BENCH" allreduce -R 1 -G >"$TMP/g" 2>&1; then
 else
     grep -q "cannot be registered" "$TMP/g" || fail "-R 1 -G: $(cat "$TMP/g")"
 fi
-"$RUN" -n 2 --timeout 120 -- "$BENCH" allgather -b 64K -e 64K -n 5 -w 1 -R 1 \
+"$RUN" -n 2 --timeout 120 -- "$BENCH" allreduce -b 64K -e 1M -f 16 -n 5 -w 1 -R 1 \
     --json "$TMP/r.json" >"$TMP/j" 2>&1 || fail "--json -R 1 failed"
-python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
-sys.exit(0 if d["metadata"]["options"]["registered"] == 1 else 1)' "$TMP/r.json" ||
-    fail "the JSON does not record options.registered 1"
+# The file carries what the text printed: options.registered, the reads of peers' buffers,
+# the memory bandwidth, and each out-of-place row's bound and fraction (the printed figures
+# are rounded to 2 decimals); in-place rows have none. Valid against the schema where
+# python3 has jsonschema.
+python3 - "$TMP/r.json" "$TMP/j" bench/schema/chorus-bench.schema.json <<'PY' ||
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+m = d["metadata"]
+bad = []
+if m["options"]["registered"] != 1:
+    bad.append("options.registered is not 1")
+calls = int(re.search(r"Registered memory *: rank 0: ([0-9]+) calls", text).group(1))
+if m.get("registered_reads", {}).get("calls") != calls or calls <= 0:
+    bad.append(f"registered_reads {m.get('registered_reads')} against {calls} printed")
+copy = float(re.search(r"Memory bandwidth *: ([0-9.]+) GB/s copied", text).group(1))
+bw = m.get("memory_bandwidth", {})
+if abs(bw.get("copy_GBps", -1) - copy) > 0.006 or abs(bw.get("traffic_GBps", -1) - 2 * bw.get("copy_GBps", 0)) > 1e-6:
+    bad.append(f"memory_bandwidth {bw} against {copy} printed")
+printed = {}
+for g in re.finditer(r"#  allreduce +([0-9]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", text, re.M):
+    printed[int(g.group(1))] = tuple(float(x) for x in g.groups()[1:])
+for r in d["rows"]:
+    if r["in_place"]:
+        if "bound_busbw" in r:
+            bad.append(f"in-place row {r['size']} has a bound")
+        continue
+    p = printed.get(r["size"])
+    if p is None or "bound_busbw" not in r:
+        bad.append(f"row {r['size']}: no bound (printed {p})")
+        continue
+    if abs(r["bound_busbw"] - p[1]) > 0.006 or abs(r["bound_fraction"] - r["busbw"] / r["bound_busbw"]) > 1e-6:
+        bad.append(f"row {r['size']}: bound {r['bound_busbw']} fraction {r['bound_fraction']} against printed {p}")
+if len(printed) != 2:
+    bad.append(f"{len(printed)} printed bound rows, want 2")
+try:
+    import jsonschema
+    jsonschema.validate(d, json.load(open(sys.argv[3])))
+except ImportError:
+    pass
+except jsonschema.ValidationError as e:
+    bad.append(f"schema: {e.message}")
+for b in bad:
+    print("json:", b)
+sys.exit(1 if bad else 0)
+PY
+    fail "the JSON does not carry the -R figures that the text printed"
 [ "$FAILED" -eq 0 ] || exit 1
 echo "bench_registered: -R runs read peers in place, and every bound is the model's"
