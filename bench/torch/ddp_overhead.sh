@@ -9,8 +9,11 @@
 # median over the rounds of each round's median step; its overhead is that minus the
 # floor's. Prints the table and the two acceptance ratios (chorus overhead / gloo overhead,
 # chorus step / floor), and compares the final weights of the last round's chorus and gloo
-# runs (within 1e-5 relative: they sum in different orders). Speed is measured here, never
-# asserted: the script fails only when a run fails or the weights differ.
+# runs (within 1e-5 relative: they sum in different orders). Then one allreduce of the
+# gradients' bytes on the same ranks, staged and registered, and the memory-bandwidth bound
+# of a single-copy allreduce: the least the exchange can add to the step where the ranks
+# fill every core. Speed is measured here, never asserted: the script fails only when a run
+# fails or the weights differ.
 set -u
 BUILD=${BUILD:-build}
 RANKS=4 ROUNDS=5 STEPS=20 HOOK= OUT=
@@ -49,7 +52,18 @@ while [ "$r" -le "$ROUNDS" ]; do
     done
     r=$((r + 1))
 done
-"$PYTHON" - "$J" <<'PY' || exit 1
+# What this machine allows: the same ranks time one allreduce of the gradients' bytes
+# (float32) with chorus-bench, staged in place as DDP's buckets go (-R 0), and from
+# registered memory (-R 1), whose run also measures the memory bandwidth and the time a
+# single-copy path needs at it (bench/README.md, "Registered memory").
+GBYTES=$("$PYTHON" -c 'import json, sys; print(4 * json.loads(open(sys.argv[1]).readline())["params"])' "$J")
+for R in 0 1; do
+    "$BUILD/bin/chorusrun" -n "$RANKS" --timeout 600 -- "$BUILD/bin/chorus-bench" allreduce \
+        -b "$GBYTES" -e "$GBYTES" -n 10 -w 3 -R "$R" --json "$OUT/allreduce-R$R.json" \
+        >"$OUT/allreduce-R$R.log" 2>&1 ||
+        { tail -n 20 "$OUT/allreduce-R$R.log"; echo "bench/torch: chorus-bench -R $R failed"; exit 1; }
+done
+"$PYTHON" - "$J" "$OUT/allreduce-R0.json" "$OUT/allreduce-R1.json" <<'PY' || exit 1
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 by = {}
@@ -67,6 +81,23 @@ og, oc = med["gloo"] - med["floor"], med["chorus"] - med["floor"]
 print(f"chorus overhead / gloo overhead: {oc / og:.2f} (goal <= 0.25)" if og > 0 else
       "gloo overhead <= 0: no ratio")
 print(f"chorus step / floor: {med['chorus'] / med['floor']:.3f} (goal <= 1.10)")
+# The floor keeps every core busy (ranks >= cores), so the exchange's processor time adds
+# to the step whatever overlaps: an allreduce of the gradients costs its own time at least.
+r0, r1 = (json.load(open(f)) for f in sys.argv[2:4])
+row = lambda d, inplace: next(r for r in d["rows"] if r["in_place"] == inplace)
+staged, reg = row(r0, True)["time_us"] / 1e3, row(r1, False)
+bw = r1["metadata"].get("memory_bandwidth")
+print(f"one allreduce of the {r0['rows'][0]['size'] / 1e6:.1f} MB of gradients on the same "
+      f"{r0['metadata']['ranks']} ranks (chorus-bench, records in {sys.argv[2].rsplit('/', 1)[0]}):")
+print(f"  staged, in place (DDP's buckets): {staged:.1f} ms; registered, out of place: "
+      f"{reg['time_us'] / 1e3:.1f} ms")
+if bw and reg.get("bound_fraction"):
+    t_bound = reg["time_us"] * reg["bound_fraction"] / 1e3
+    print(f"  a single-copy path at this run's memory bandwidth ({bw['traffic_GBps']:.1f} GB/s "
+          f"of reads and writes): {t_bound:.1f} ms at best")
+    print(f"  so the lowest step this machine allows is floor + {t_bound:.1f} ms: step / floor "
+          f">= {(med['floor'] + t_bound) / med['floor']:.3f}, overhead ratio >= "
+          + (f"{t_bound / og:.2f}" if og > 0 else "n/a"))
 PY
 "$PYTHON" tests/python/compare_weights.py "$OUT/chorus.pt" "$OUT/gloo.pt" --rel 1e-5
 echo "records: $J"
