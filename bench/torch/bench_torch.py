@@ -4,7 +4,9 @@
 
 1. torch.distributed.all_reduce (float32, SUM) bus bandwidth from 4 KiB to 256 MiB, x4 per
    step: the median time of each size's iterations (the slowest rank's), busbw = 2 (n-1)/n
-   x bytes / time, as nccl-tests counts it.
+   x bytes / time, as nccl-tests counts it. With chorus, each size again on a tensor from
+   chorus.torch.empty (registered memory), with how many calls read the peers' buffers in
+   place (chorus.torch.mem_stats).
 2. A DDP training step of a 25M-parameter MLP (1024-4096-4096-1024, batch 8 per rank), whose
    time is dominated by the 100 MB gradient exchange: ms per step (median of --steps), the
    same step under no_sync() (no exchange), and the exchange's share of the step.
@@ -45,7 +47,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.backend == "chorus":
-        import chorus.torch  # noqa: F401
+        import chorus.torch  # noqa: F401  registers the backend
     dist.init_process_group(args.backend, init_method="env://")
     rank, n = dist.get_rank(), dist.get_world_size()
     out = open(args.json, "a") if rank == 0 and args.json else None
@@ -58,10 +60,7 @@ def main():
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
 
-    lo, hi = (parse_size(s) for s in args.sizes.split(":"))
-    size = lo
-    while size <= hi:
-        t = torch.ones(size // 4, dtype=torch.float32)
+    def time_allreduce(t, size):
         iters = max(3, min(200, int(2e8 // max(size, 1 << 16)) // 4))
         for _ in range(2):
             dist.all_reduce(t)
@@ -72,8 +71,32 @@ def main():
             dist.all_reduce(t)
             times.append(slowest(time.perf_counter() - t0))
         med = statistics.median(times)
-        emit(dict(kind="allreduce", bytes=size, iters=iters, time_us=med * 1e6,
-                  busbw_gbs=2 * (n - 1) / n * size / med / 1e9))
+        return dict(bytes=size, iters=iters, time_us=med * 1e6,
+                    busbw_gbs=2 * (n - 1) / n * size / med / 1e9)
+
+    lo, hi = (parse_size(s) for s in args.sizes.split(":"))
+    size = lo
+    while size <= hi:
+        emit(dict(kind="allreduce", **time_allreduce(torch.ones(size // 4), size)))
+        if args.backend == "chorus":
+            # The same call on a tensor from chorus.torch.empty (registered memory, issue
+            # 38), with chorus_mem_stats around it: the calls that read every peer's buffer
+            # in place (single copy) and the bytes read from peers' buffers. torch's
+            # all_reduce works in place, which the library reads in place on 2 ranks from
+            # 16 MiB and stages otherwise (lib/arena/arena_direct.c says why).
+            import chorus.torch
+            reg = chorus.torch.empty((size // 4,), dtype=torch.float32)
+            reg.zero_()
+            c0, b0 = chorus.torch.mem_stats()
+            rec = time_allreduce(reg, size)
+            c1, b1 = chorus.torch.mem_stats()
+            reg.fill_(rank + 1)  # and one checked call: 1 + 2 + ... + n everywhere
+            dist.all_reduce(reg)
+            if not bool((reg == n * (n + 1) // 2).all()):
+                raise SystemExit(f"rank {rank}: the registered allreduce of {size} bytes is wrong")
+            emit(dict(kind="allreduce_registered", single_copy_calls=c1 - c0,
+                      calls=rec["iters"] + 2, peer_bytes_read=b1 - b0, **rec))
+            chorus.torch.free(reg)
         size *= 4
 
     if args.skip_ddp:

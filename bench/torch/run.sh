@@ -1,12 +1,13 @@
 #!/bin/sh
 # torch.distributed with gloo and with chorus side by side, in one run (issue 17):
 #
-#   BUILD=build sh bench/torch/run.sh [--ranks 4] [--sizes 4K:256M] [--steps 10] [--out DIR]
+#   BUILD=build [TORCH_LINE=debian|pip] sh bench/torch/run.sh [--ranks 4] [--sizes 4K:256M] [--steps 10] [--out DIR]
 #                                      [--plain-malloc]
 #
 # Runs bench/torch/bench_torch.py under chorusrun --torch-env for each backend in turn (gloo
 # first), then prints one table: all_reduce busbw per size for both and their ratio, and
-# the DDP step (25M-parameter MLP) in ms with the gradient exchange's share. The raw
+# the same sizes on registered tensors (chorus.torch.empty) with how many calls read the
+# peers in place, and the DDP step (25M-parameter MLP) in ms with the gradient exchange's share. The raw
 # records are in DIR/torch-bench.jsonl. Speed is measured here, never asserted in tests.
 #
 # The allocator: glibc gives every large tensor back to the kernel when it is freed, and
@@ -18,7 +19,6 @@
 # glibc's defaults instead.
 set -u
 BUILD=${BUILD:-build}
-PYTHON=${PYTHON:-/usr/bin/python3}
 RANKS=4 SIZES=4K:256M STEPS=10 OUT= PLAIN=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -32,14 +32,13 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-grep -q '^HAVE_TORCH *:= *1' "$BUILD/config.mk" 2>/dev/null ||
-    { echo "bench/torch: skipped: built without the torch backend (apt-get install python3-torch libtorch-dev)"; exit 77; }
+. tests/python/torch_line.sh  # TORCH_LINE=debian|pip: PYTHON, PYTHONPATH
+have_torch || { echo "bench/torch: skipped: $NO_TORCH"; exit 77; }
 [ -n "$OUT" ] || OUT=$(mktemp -d "${TMPDIR:-/tmp}/chorus-torch-bench.XXXXXX")
 mkdir -p "$OUT"
 J="$OUT/torch-bench.jsonl"
 : >"$J"
-export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" CHORUS_SOCKET_IFNAME=lo \
-    GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export CHORUS_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT 2>/dev/null
 if [ "$PLAIN" -eq 0 ]; then
     export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736
@@ -67,6 +66,16 @@ for size in sorted(ar):
     if g and c:
         print(f"{size:>11} {g['busbw_gbs']:>11.3f} {c['busbw_gbs']:>13.3f} "
               f"{c['busbw_gbs'] / g['busbw_gbs']:>7.2f} {g['time_us']:>10.1f} {c['time_us']:>10.1f}")
+reg = {r["bytes"]: r for r in recs if r["kind"] == "allreduce_registered"}
+if reg:
+    print(f"\nthe same on a tensor from chorus.torch.empty (registered memory): busbw, and the "
+          f"calls that read every peer's buffer in place (single copy) of those made")
+    print(f"{'bytes':>11} {'chorus busbw':>13} {'registered':>11} {'ratio':>7} {'single copy':>12} {'GB read in place':>17}")
+    for size in sorted(reg):
+        r, c = reg[size], ar.get(size, {}).get("chorus")
+        ratio = f"{r['busbw_gbs'] / c['busbw_gbs']:>7.2f}" if c else f"{'':>7}"
+        print(f"{size:>11} {c['busbw_gbs'] if c else float('nan'):>13.3f} {r['busbw_gbs']:>11.3f} "
+              f"{ratio} {r['single_copy_calls']:>5}/{r['calls']:<6} {r['peer_bytes_read'] / 1e9:>17.3f}")
 dd = {r["backend"]: r for r in recs if r["kind"] == "ddp"}
 if "gloo" in dd and "chorus" in dd:
     g, c = dd["gloo"], dd["chorus"]
