@@ -821,6 +821,9 @@ run_python_line() {
     # DDP loses rank 3 at step 10, shrinks, grows back at step 20 (issue 39).
     run_test "$p/elastic ddp: lose a rank, shrink, grow back, 40 steps" timeout -k 5 600 \
         env TORCH_LINE="$line" sh tests/python/test_elastic_ddp.sh
+    # The torch benches, short: each printed figure against its records (issues 38, 41).
+    run_test "$p/torch benches n=2: run.sh and ddp_overhead.sh figures" timeout -k 5 600 \
+        env TORCH_LINE="$line" sh tests/python/test_torch_bench.sh
     # FSDP2 (fully_shard) is torch 2.x's: the pip line only.
     [ "$line" = pip ] && run_test "$p/fsdp fully_shard chorus vs gloo, 40 steps" \
         timeout -k 5 600 env TORCH_LINE="$line" sh tests/python/test_fsdp.sh
