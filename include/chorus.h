@@ -266,6 +266,24 @@ chorus_status_t chorus_mem_free(chorus_comm_t comm, void *ptr);
 chorus_status_t chorus_mem_stats(chorus_comm_t comm, uint64_t *single_copy_calls_p,
                                  uint64_t *window_bytes_p);
 
+/* Registration with the network (as NCCL's ncclCommRegister): host memory registered with
+ * every transport of comm that registers memory (ucx: ucp_mem_map; ib: ibv_reg_mr), so that
+ * their zero-copy paths send from it and receive into it, and peers read and write it with
+ * RDMA, without registering it at each call. Local, not collective. ptr and bytes may be any
+ * host range that stays mapped until chorus_comm_deregister (or chorus_comm_destroy, which
+ * deregisters what is left). On a communicator whose transports need no registration
+ * (shared memory, tcp) nothing is registered and *transports_p is 0; the handle is valid
+ * all the same. Memory from chorus_mem_alloc on a communicator that spans hosts (or with
+ * CHORUS_ARENA=0) is registered this way already. transports_p may be NULL. */
+typedef struct chorus_comm_reg *chorus_comm_reg_t;
+chorus_status_t chorus_comm_register(chorus_comm_t comm, void *ptr, size_t bytes,
+                                     chorus_comm_reg_t *handle_p, int *transports_p);
+
+/* Undoes chorus_comm_register. A handle that chorus_comm_register did not return on comm,
+ * a second deregister, or a deregister while nonblocking calls are in flight on comm (they
+ * may use the range) is CHORUS_ERR_INVALID_ARGUMENT. */
+chorus_status_t chorus_comm_deregister(chorus_comm_t comm, chorus_comm_reg_t handle);
+
 /* ---- Recovery ----
  * When a rank dies, the survivors' calls on the comm fail (CHORUS_ERR_REMOTE, naming it).
  * They can then go on with the ranks that are left: each calls chorus_comm_shrink, gets a
