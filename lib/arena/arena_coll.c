@@ -381,8 +381,11 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m)
     reads = move_reads(a, m);
     if (win && !reads && m->offered) { /* a broadcast root whose readers read its buffer */
         m->ce = m->count;
-        move_write(a, m, 0);
+        /* Readers may start at once: its own copy reads the buffer they read and writes
+         * only its receive buffer, so it runs beside theirs (after it, the two copies ran
+         * one after the other: 2 ranks, 256 MiB, 0.43 of the memory-bandwidth bound). */
         arena__publish(a, s0 + 1);
+        move_write(a, m, 0);
         a->unchecked = 1;
         return move_win_done(a, m, s0 + 2);
     }
