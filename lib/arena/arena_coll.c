@@ -114,11 +114,7 @@ static void move_write(chorus_arena_t *a, const arena_move_t *m, size_t i)
     size_t off = i * m->ce, bytes = move_len(m, i) * m->esize;
     uint8_t *slot = move_slot(a, m, a->me, i);
 
-    if (m->offered) { /* my peers read my buffer itself: only the root's own copy is left */
-        if (m->coll == CHORUS_COLL_BROADCAST && m->send != m->recv)
-            move_copy(m, m->recv + off * m->esize, m->send + off * m->esize, bytes);
-        return;
-    }
+    if (m->offered) return; /* my peers read my buffer itself (the root's copy: below) */
 
     switch (m->coll) {
     case CHORUS_COLL_REDUCE:
@@ -126,11 +122,8 @@ static void move_write(chorus_arena_t *a, const arena_move_t *m, size_t i)
         memcpy(slot, m->send + off * m->esize, bytes);
         return;
     case CHORUS_COLL_BROADCAST:
-        if (a->me != m->root) return;
-        memcpy(slot, m->send + off * m->esize, bytes);
-        /* The root reads nothing: its own copy happens here. */
-        if (m->send != m->recv)
-            move_copy(m, m->recv + off * m->esize, m->send + off * m->esize, bytes);
+        /* The root's own copy comes after the chunk is published (move_root_copy). */
+        if (a->me == m->root) memcpy(slot, m->send + off * m->esize, bytes);
         return;
     case CHORUS_COLL_ALLGATHER: memcpy(slot, m->send + off * m->esize, bytes); return;
     case CHORUS_COLL_ALLTOALL:
@@ -141,6 +134,18 @@ static void move_write(chorus_arena_t *a, const arena_move_t *m, size_t i)
         return;
     default: return;
     }
+}
+
+/* A broadcast root reads nothing: its own copy of chunk i (all of it, when its readers
+ * read its window), made once the chunk is published, so that it runs beside its
+ * readers' copies rather than before them. */
+static void move_root_copy(const chorus_arena_t *a, const arena_move_t *m, size_t i)
+{
+    size_t off = i * m->ce;
+
+    if (m->coll == CHORUS_COLL_BROADCAST && a->me == m->root && m->send != m->recv)
+        move_copy(m, m->recv + off * m->esize, m->send + off * m->esize,
+                  move_len(m, i) * m->esize);
 }
 
 /* Slice i of what I receive, out of every rank's slot. */
@@ -385,7 +390,7 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m)
          * only its receive buffer, so it runs beside theirs (after it, the two copies ran
          * one after the other: 2 ranks, 256 MiB, 0.43 of the memory-bandwidth bound). */
         arena__publish(a, s0 + 1);
-        move_write(a, m, 0);
+        move_root_copy(a, m, 0);
         a->unchecked = 1;
         return move_win_done(a, m, s0 + 2);
     }
@@ -396,6 +401,7 @@ static chorus_status_t move_run(chorus_arena_t *a, arena_move_t *m)
         }
         move_write(a, m, i);
         arena__publish(a, s0 + i + 1);
+        move_root_copy(a, m, i);
         if (!reads) continue;
         /* A broadcast reader needs the root alone: it does not wait for the other readers
          * (no lockstep among them), and compares the other signatures at its next call. */
