@@ -516,6 +516,14 @@ run_mp_coll_v() {
     run_test "mp/coll_v n=4 transport=tcp CHORUS_CHUNK_SIZE=4K" env CHORUS_TRANSPORT=tcp \
         CHORUS_CHUNK_SIZE=4K CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 4 --timeout 150 -- "$cv" \
         --dtypes int32,bfloat16
+    # Registered windows (issue 38): every rank's buffers in its window (read at once), then
+    # only odd ranks' in small chunks (calls mixing windows and slots, chunk by chunk).
+    run_test "mp/coll_v n=3 transport=shm --quick --registered all" env CHORUS_TRANSPORT=shm \
+        CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 3 --timeout 150 -- "$cv" --quick --registered all
+    run_test "mp/coll_v n=4 transport=shm CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 --registered odd" \
+        env CHORUS_TRANSPORT=shm CHORUS_ARENA_CHUNK=4K CHORUS_ARENA_FLAT_MAX=64 \
+        CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 4 --timeout 150 -- "$cv" --dtypes int32,bfloat16 \
+        --registered odd
     if grep -q '^HAVE_UCX *:= *1' "$BUILD/config.mk" 2>/dev/null; then
         run_test "mp/coll_v n=3 transport=ucx --quick" env CHORUS_TRANSPORT=ucx UCX_TLS=tcp \
             CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 3 --timeout 150 -- "$cv" --quick
@@ -541,6 +549,10 @@ run_mp_coll_v() {
         "$CHORUSRUN" -n 5 --timeout 300 -- "$cv"
     run_test "mp/coll_v n=5 transport=shm CHORUS_ARENA_CHUNK=4K" env CHORUS_TRANSPORT=shm \
         CHORUS_ARENA_CHUNK=4K CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 5 --timeout 300 -- "$cv"
+    run_test "mp/coll_v n=8 transport=shm --registered even" env CHORUS_TRANSPORT=shm \
+        CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 8 --timeout 300 -- "$cv" --registered even
+    run_test "mp/coll_v n=2 transport=shm --registered all" env CHORUS_TRANSPORT=shm \
+        CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 2 --timeout 300 -- "$cv" --registered all
     for c in gather-count gather-root scatter-count allgatherv reduce_scatterv alltoallv \
         alltoallv-zero; do
         # ucx on 2 ranks, as mp/mismatch: with more, a rank that leaves after its own call

@@ -26,6 +26,14 @@
  * Every rank waits for every other at the first chunk and compares all signatures, readers
  * or not (arena_coll.c lets a rank that only writes run ahead): so ranks that disagree about
  * counts, root or datatype fail with CHORUS_ERR_MISMATCH on every rank, in the call itself.
+ *
+ * Registered windows (issue 38; arena_win.c), as arena_coll.c uses them: a writer whose send
+ * buffer lies in a window offers it with the first step and writes nothing into its slot;
+ * its readers take its parts from the window. When every writer offered, the readers read
+ * everything at once after the first step, without chunks. A call where any writer offered
+ * ends with one more step, which the offering writers wait for: when they return, nobody
+ * reads their buffers. gather, scatter, allgatherv and reduce_scatterv (not in place);
+ * alltoallv's readers do not know their writers' sdispls, so it copies as before.
  */
 #include "arena/arena_int.h"
 
@@ -45,6 +53,10 @@ typedef struct {
     int root;            /* gather, scatter: the root's local index; else -1 */
     int own_in_slot;     /* reduce_scatterv in place: my own part goes through my slot */
     uint64_t g0;         /* the arena's chunk counter before the data */
+    int win;             /* windows may be used: every rank decides the same */
+    int offered;         /* my send buffer lies in a window, and my readers read it there */
+    int any_win;         /* some writer offered: the call ends with the completion step */
+    size_t rs_total;     /* reduce_scatterv: elements of a send buffer (sum of recvcounts) */
     const uint8_t *table_base; /* alltoallv: the flat slots holding every rank's counts */
     int table_par;
     size_t traffic;
@@ -142,7 +154,7 @@ static void vm_write(chorus_arena_t *a, const vmove_t *m, size_t i)
     uint8_t *slot = vm_slot(a, m, a->me, i);
     size_t rs_off = 0;
 
-    if (!vm_writes(a, m)) return;
+    if (!vm_writes(a, m) || m->offered) return;
     for (size_t d = 0; d < m->parts; d++) {
         size_t len = vm_part_len(a, m, a->me, d), n = vm_slice(m, len, i);
         int own = m->parts > 1 && d == (size_t)a->me;
@@ -182,7 +194,63 @@ static void vm_own(chorus_arena_t *a, const vmove_t *m)
     }
 }
 
-/* Slice i of what I receive, out of the writers' slots. */
+/* The bytes of writer r's send buffer that its readers read, 0 for a rank that writes
+ * nothing: the same on every rank (never what only r knows, such as whether it works in
+ * place), so that every rank decides the same from the offers. */
+static size_t vm_win_bytes(const chorus_arena_t *a, const vmove_t *m, int r)
+{
+    const chorus_arena_v_args_t *v = m->v;
+
+    switch (v->coll) {
+    case CHORUS_COLL_GATHER: return r == m->root ? 0 : v->count * m->esize;
+    case CHORUS_COLL_SCATTER: return r == m->root ? (size_t)a->n * v->count * m->esize : 0;
+    case CHORUS_COLL_ALLGATHERV: return v->recvcounts[a->ranks[r]] * m->esize;
+    case CHORUS_COLL_REDUCE_SCATTERV: return m->rs_total * m->esize;
+    default: return 0;
+    }
+}
+
+/* Where my part of writer r's chunk i is: in its window when it offered one, else in its
+ * slot. win_off: where my part starts in a writer's send buffer. */
+static const uint8_t *vm_src(const chorus_arena_t *a, const vmove_t *m, int r, size_t i,
+                             size_t win_off)
+{
+    if (m->any_win && a->wsrc[r] != NULL) return a->wsrc[r] + win_off + i * m->ce * m->esize;
+    return vm_slot(a, m, r, i) + (m->parts > 1 ? (size_t)a->me : 0) * m->ce * m->esize;
+}
+
+/* After the first step, whose control lines carry every writer's offer: where each
+ * offered buffer is mapped here (a->wsrc), whether any writer offered, and whether all did
+ * (*all_p). Every rank reads the same lines, so all decide the same. */
+static chorus_status_t vm_resolve(chorus_arena_t *a, vmove_t *m, int *all_p)
+{
+    int all = 1;
+
+    m->any_win = 0;
+    for (int r = 0; r < a->n; r++) {
+        uint64_t o = a->ctl[r].offer[a->opno & 1][0];
+        size_t bytes = vm_win_bytes(a, m, r);
+
+        a->wsrc[r] = NULL;
+        if (bytes == 0) continue; /* not a writer */
+        if (o != 0 && r != a->me) {
+            a->wsrc[r] = arena__win_at(a, r, o, bytes);
+            if (a->wsrc[r] == NULL)
+                return arena__fail(a, chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: "
+                                                    "rank %d names window %u at %llu, which "
+                                                    "this rank does not have",
+                                                    a->rank, m->v->what, a->ranks[r],
+                                                    (unsigned)ARENA_OFFER_ID(o),
+                                                    (unsigned long long)ARENA_OFFER_OFF(o)));
+        }
+        m->any_win |= o != 0;
+        if (o == 0) all = 0;
+    }
+    *all_p = all && m->any_win;
+    return CHORUS_SUCCESS;
+}
+
+/* Slice i of what I receive, out of the writers' slots (or windows). */
 static chorus_status_t vm_read(chorus_arena_t *a, const vmove_t *m, size_t i, size_t rs_own)
 {
     const chorus_arena_v_args_t *v = m->v;
@@ -193,14 +261,19 @@ static chorus_status_t vm_read(chorus_arena_t *a, const vmove_t *m, size_t i, si
     switch (v->coll) {
     case CHORUS_COLL_SCATTER: {
         size_t n = vm_slice(m, v->count, i);
-        vm_copy(m, recv + off, vm_slot(a, m, m->root, i) + me * m->ce * m->esize,
+        if (m->any_win && a->wsrc[m->root] != NULL) a->win_bytes += n * m->esize;
+        vm_copy(m, recv + off,
+                vm_src(a, m, m->root, i, (size_t)a->ranks[me] * v->count * m->esize),
                 n * m->esize);
         return CHORUS_SUCCESS;
     }
     case CHORUS_COLL_REDUCE_SCATTERV: {
         size_t n = vm_slice(m, v->recvcounts[a->ranks[me]], i);
         if (n == 0) return CHORUS_SUCCESS;
-        for (int r = 0; r < a->n; r++) a->srcs[r] = vm_slot(a, m, r, i) + me * m->ce * m->esize;
+        for (int r = 0; r < a->n; r++) {
+            a->srcs[r] = vm_src(a, m, r, i, rs_own * m->esize);
+            if (r != (int)me && m->any_win && a->wsrc[r] != NULL) a->win_bytes += n * m->esize;
+        }
         if (!m->own_in_slot) a->srcs[me] = (const uint8_t *)v->sendbuf + rs_own * m->esize + off;
         status = arena__reduce(a, recv + off, n, v->dtype, v->op);
         if (status != CHORUS_SUCCESS)
@@ -225,8 +298,8 @@ static chorus_status_t vm_read(chorus_arena_t *a, const vmove_t *m, size_t i, si
                 len = v->recvcounts[cr];
                 dst = v->rdispls[cr];
             }
-            vm_copy(m, recv + dst * m->esize + off,
-                    vm_slot(a, m, r, i) + (m->parts > 1 ? me : 0) * m->ce * m->esize,
+            if (m->any_win && a->wsrc[r] != NULL) a->win_bytes += vm_slice(m, len, i) * m->esize;
+            vm_copy(m, recv + dst * m->esize + off, vm_src(a, m, r, i, 0),
                     vm_slice(m, len, i) * m->esize);
         }
         return CHORUS_SUCCESS;
@@ -316,6 +389,14 @@ static chorus_status_t vm_counts(chorus_arena_t *a, vmove_t *m)
     return CHORUS_SUCCESS;
 }
 
+/* The end of a call where some writer offered its buffer: every rank says it has read
+ * everything (step s), and an offering writer returns only once all have. */
+static chorus_status_t vm_win_done(chorus_arena_t *a, const vmove_t *m, uint64_t s)
+{
+    arena__publish(a, s);
+    return m->offered ? arena__wait_all(a, s, m->v->what) : CHORUS_SUCCESS;
+}
+
 chorus_status_t chorus__arena_v(chorus_arena_t *a, const chorus_arena_v_args_t *v)
 {
     vmove_t m;
@@ -348,6 +429,7 @@ chorus_status_t chorus__arena_v(chorus_arena_t *a, const chorus_arena_v_args_t *
         for (int p = 0; p < a->n; p++) {
             if (v->recvcounts[p] > m.maxlen) m.maxlen = v->recvcounts[p];
             if (p < a->ranks[a->me]) rs_own += v->recvcounts[p];
+            m.rs_total += v->recvcounts[p];
         }
         sig_count = v->counts_hash;
         /* In place, my block of sendbuf is recvbuf: the reduction's destination may alias
@@ -379,6 +461,16 @@ chorus_status_t chorus__arena_v(chorus_arena_t *a, const chorus_arena_v_args_t *
                    v->coll == CHORUS_COLL_REDUCE_SCATTERV ? v->op : CHORUS_SUM,
                    m.root < 0 ? 0 : a->ranks[m.root]);
     reads = vm_reads(a, &m);
+    /* Windows: decided from what every rank knows (nwins, the plan, the collective). */
+    m.win = a->nwins > 0 && m.where != ARENA_MOVE_INLINE && v->coll != CHORUS_COLL_ALLTOALLV;
+    if (m.win) {
+        /* Not in place for reduce_scatterv: my own part goes through my slot. */
+        uint64_t o = vm_writes(a, &m) && !m.own_in_slot
+                         ? arena__win_offer(a, v->sendbuf, vm_win_bytes(a, &m, a->me))
+                         : 0;
+        m.offered = o != 0;
+        a->ctl[a->me].offer[a->opno & 1][0] = o;
+    }
     for (size_t i = 0; i < m.nchunks; i++) {
         if (i > 0) {
             status = arena__wait_all(a, s0 + i, v->what);
@@ -391,6 +483,20 @@ chorus_status_t chorus__arena_v(chorus_arena_t *a, const chorus_arena_v_args_t *
             status = arena__wait_all(a, s0 + 1, v->what);
             if (status == CHORUS_SUCCESS)
                 status = arena__check_sigs(a, (int)(a->opno & 1), v->what);
+            if (status == CHORUS_SUCCESS && m.win) {
+                int all = 0;
+                status = vm_resolve(a, &m, &all);
+                if (status == CHORUS_SUCCESS && all) { /* everything from the windows, at once */
+                    m.ce = m.maxlen;
+                    if (reads) {
+                        status = vm_read(a, &m, 0, rs_own);
+                        if (status != CHORUS_SUCCESS) return status;
+                        a->win_calls++;
+                    }
+                    a->unchecked = 0;
+                    return vm_win_done(a, &m, s0 + 2);
+                }
+            }
         } else if (reads) {
             status = v->coll == CHORUS_COLL_SCATTER
                          ? arena__wait_range(a, s0 + i + 1, m.root, m.root + 1, v->what)
@@ -401,5 +507,6 @@ chorus_status_t chorus__arena_v(chorus_arena_t *a, const chorus_arena_v_args_t *
     }
     a->unchecked = 0;
     if (m.where == ARENA_MOVE_STAGED) a->gchunk += m.nchunks;
+    if (m.any_win) return vm_win_done(a, &m, s0 + m.nchunks + 1);
     return CHORUS_SUCCESS;
 }

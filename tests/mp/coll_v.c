@@ -6,7 +6,11 @@
  * exact expected values computed here from (rank, index).
  *
  *   chorusrun -n 4 -- mp_coll_v [--quick] [--colls gather,alltoallv] [--dtypes int32]
- *       [--verbose]
+ *       [--verbose] [--registered all|odd|even [--registered-bytes N]]
+ *
+ * --registered: the buffers of the ranks it names come from one chorus_mem_alloc window
+ * (a bump allocator), so that the library reads them in place (issue 38); the run fails if
+ * no call read a window.
  *
  * Every receive buffer starts as the bitwise complement of what the call must write into
  * its blocks (so a block left unwritten is caught however its values look) and a fixed
@@ -165,6 +169,45 @@ static int check_reduced(vctx_t *c, chorus_dtype_t dt, int op, const void *got, 
     return 0;
 }
 
+/* ---- --registered: buffers in this rank's chorus_mem_alloc window (issue 38) ----
+ * A bump allocator over the window, with the guard zones of mp_guarded; it starts over
+ * whenever every buffer of it has been freed. Ranks outside the chosen set (odd, even)
+ * allocate the window too (the call is collective) but keep using malloc, so calls mix
+ * registered and plain buffers. */
+static unsigned char *reg_base;
+static size_t reg_size, reg_top;
+static int reg_live;
+
+static unsigned char *vguarded(size_t bytes)
+{
+    size_t need = bytes + 2 * MP_GUARD;
+    unsigned char *p;
+
+    if (reg_base == NULL) return mp_guarded(bytes);
+    reg_top = (reg_top + 63) / 64 * 64;
+    if (reg_size - reg_top < need) {
+        fprintf(stderr, "mp_coll_v: the registered window (%zu bytes) is too small: raise "
+                "--registered-bytes\n", reg_size);
+        exit(1);
+    }
+    p = reg_base + reg_top;
+    reg_top += need;
+    reg_live++;
+    memset(p, 0xa5, need);
+    memset(p + MP_GUARD, 0, bytes);
+    return p + MP_GUARD;
+}
+
+static void vguarded_free(unsigned char *buf)
+{
+    if (buf == NULL) return;
+    if (reg_base != NULL && buf >= reg_base && buf < reg_base + reg_size) {
+        if (--reg_live == 0) reg_top = 0;
+        return;
+    }
+    mp_guarded_free(buf);
+}
+
 /* ---- Receive buffers: complement inside the blocks, a pattern between them ---- */
 
 typedef struct {
@@ -174,7 +217,7 @@ typedef struct {
 
 static vbuf_t vbuf_new(size_t bytes)
 {
-    vbuf_t b = {mp_guarded(bytes), bytes};
+    vbuf_t b = {vguarded(bytes), bytes};
     memset(b.p, GAP_FILL, bytes);
     return b;
 }
@@ -270,7 +313,7 @@ static void run_gather(vctx_t *c, chorus_dtype_t dt, size_t count, int root, int
         vbuf_poison(&recv, es, 0, want, count * n);
         mark(in_block, es, 0, count * n);
     }
-    send = inplace && is_root ? recv.p + (size_t)me * count * es : mp_guarded(count * es);
+    send = inplace && is_root ? recv.p + (size_t)me * count * es : vguarded(count * es);
     fill(c, dt, RAW, me, 0, count, send);
     if (nb) wait_req(c, chorus_igather(send, recv.p, count, dt, root, c->comm, &req), &req,
                      "chorus_igather");
@@ -282,9 +325,9 @@ static void run_gather(vctx_t *c, chorus_dtype_t dt, size_t count, int root, int
     }
     if (!(inplace && is_root)) {
         check_block(c, dt, send, want + (size_t)me * count * es, count, me, "sendbuf changed:");
-        mp_guarded_free(send);
+        vguarded_free(send);
     }
-    if (recv.p != NULL) mp_guarded_free(recv.p);
+    if (recv.p != NULL) vguarded_free(recv.p);
     free(want);
     free(in_block);
     case_end(c);
@@ -305,7 +348,7 @@ static void run_scatter(vctx_t *c, chorus_dtype_t dt, size_t count, int root, in
     /* Root's block for rank p, element j, is its element p * SPAN + j. */
     fill(c, dt, RAW, root, (size_t)me * SPAN, count, want);
     if (is_root) {
-        send = mp_guarded(count * n * es);
+        send = vguarded(count * n * es);
         for (int p = 0; p < c->n; p++) fill(c, dt, RAW, root, p * SPAN, count, send + p * count * es);
     }
     if (inplace && is_root) {
@@ -320,10 +363,10 @@ static void run_scatter(vctx_t *c, chorus_dtype_t dt, size_t count, int root, in
                      "chorus_iscatter");
     else die_on(c, chorus_scatter(send, recvp, count, dt, root, c->comm, NULL), "chorus_scatter");
     check_block(c, dt, recvp, want, count, root, "block");
-    if (recv.p != NULL) vbuf_check_gaps(c, &recv, in_block), mp_guarded_free(recv.p);
+    if (recv.p != NULL) vbuf_check_gaps(c, &recv, in_block), vguarded_free(recv.p);
     if (send != NULL) {
         if (!mp_guards_intact(send, count * n * es)) vfail(c, "sendbuf canary overwritten");
-        mp_guarded_free(send);
+        vguarded_free(send);
     }
     free(want);
     free(in_block);
@@ -357,7 +400,7 @@ static void run_allgatherv(vctx_t *c, chorus_dtype_t dt, int pat, int inplace, i
         vbuf_poison(&recv, es, displs[q], want + displs[q] * es, counts[q]);
         mark(in_block, es, displs[q], counts[q]);
     }
-    send = inplace ? recv.p + displs[me] * es : mp_guarded(counts[me] * es);
+    send = inplace ? recv.p + displs[me] * es : vguarded(counts[me] * es);
     fill(c, dt, RAW, me, 0, counts[me], send);
     if (nb) {
         chorus_status_t st = chorus_iallgatherv(send, recv.p, counts[me], counts, displs, dt,
@@ -378,9 +421,9 @@ static void run_allgatherv(vctx_t *c, chorus_dtype_t dt, int pat, int inplace, i
         c->hashes[c->nhash++] = mp_hash(recv.p, total * es);
     if (!inplace) {
         check_block(c, dt, send, want + displs[me] * es, counts[me], me, "sendbuf changed:");
-        mp_guarded_free(send);
+        vguarded_free(send);
     }
-    mp_guarded_free(recv.p);
+    vguarded_free(recv.p);
     free(want);
     free(in_block);
     free(counts);
@@ -402,7 +445,7 @@ static void run_reduce_scatterv(vctx_t *c, chorus_dtype_t dt, int op, int pat, i
     }
     case_begin(c, "reduce_scatterv %s %s pattern=%d inplace=%d nb=%d", mp_dtype_name(dt),
                mp_op_name(op), pat, inplace, nb);
-    unsigned char *send = mp_guarded(total * es), *recvp;
+    unsigned char *send = vguarded(total * es), *recvp;
     uint8_t *in_block = calloc(counts[me] * es + 1, 1);
     vbuf_t recv = {NULL, 0};
     fill(c, dt, op, me, 0, total, send);
@@ -433,10 +476,10 @@ static void run_reduce_scatterv(vctx_t *c, chorus_dtype_t dt, int op, int pat, i
         if (memcmp(orig, send, total * es) != 0) vfail(c, "sendbuf was modified");
         free(orig);
         vbuf_check_gaps(c, &recv, in_block);
-        mp_guarded_free(recv.p);
+        vguarded_free(recv.p);
     }
     if (!mp_guards_intact(send, total * es)) vfail(c, "a canary around sendbuf was overwritten");
-    mp_guarded_free(send);
+    vguarded_free(send);
     free(in_block);
     free(counts);
     case_end(c);
@@ -472,7 +515,7 @@ static void run_alltoallv(vctx_t *c, chorus_dtype_t dt, int pat, int nb)
 
     a2a_layout(c, pat, sc, sd, rc, rd, &stotal, &rtotal);
     case_begin(c, "alltoallv %s pattern=%d nb=%d", mp_dtype_name(dt), pat, nb);
-    unsigned char *send = mp_guarded(stotal * es), *want = malloc(rtotal * es + 1);
+    unsigned char *send = vguarded(stotal * es), *want = malloc(rtotal * es + 1);
     unsigned char *orig = malloc(stotal * es + 1);
     vbuf_t recv = vbuf_new(rtotal * es);
     uint8_t *in_block = calloc(rtotal * es + 1, 1);
@@ -499,8 +542,8 @@ static void run_alltoallv(vctx_t *c, chorus_dtype_t dt, int pat, int nb)
     vbuf_check_gaps(c, &recv, in_block);
     if (memcmp(orig, send, stotal * es) != 0) vfail(c, "sendbuf was modified");
     if (!mp_guards_intact(send, stotal * es)) vfail(c, "a canary around sendbuf was overwritten");
-    mp_guarded_free(send);
-    mp_guarded_free(recv.p);
+    vguarded_free(send);
+    vguarded_free(recv.p);
     free(want), free(orig), free(in_block), free(sc), free(sd), free(rc), free(rd);
     case_end(c);
 }
@@ -575,8 +618,13 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"quick", no_argument, NULL, 'q'},       {"colls", required_argument, NULL, 'c'},
         {"dtypes", required_argument, NULL, 'd'}, {"verbose", no_argument, NULL, 'v'},
+        {"registered", required_argument, NULL, 'R'},
+        {"registered-bytes", required_argument, NULL, 'B'},
         {NULL, 0, NULL, 0}};
     const char *colls_arg = "all", *dtypes_arg = NULL, *dnames[CHORUS_NUM_DTYPES];
+    const char *registered = NULL;
+    size_t registered_bytes = (size_t)64 << 20;
+    void *win = NULL;
     int colls[NV], dtypes[CHORUS_NUM_DTYPES], opt;
     vctx_t c;
 
@@ -589,7 +637,14 @@ int main(int argc, char **argv)
         else if (opt == 'c') colls_arg = optarg;
         else if (opt == 'd') dtypes_arg = optarg;
         else if (opt == 'v') c.verbose = 1;
+        else if (opt == 'R') registered = optarg;
+        else if (opt == 'B') registered_bytes = strtoull(optarg, NULL, 0);
         else return 2;
+    }
+    if (registered != NULL && strcmp(registered, "all") != 0 && strcmp(registered, "odd") != 0 &&
+        strcmp(registered, "even") != 0) {
+        fprintf(stderr, "mp_coll_v: --registered all|odd|even\n");
+        return 2;
     }
     if (dtypes_arg == NULL) dtypes_arg = c.quick ? "int8,int32,float16,float32" : "all";
     if (parse_list(colls_arg, v_names, NV, colls) != 0 ||
@@ -597,6 +652,13 @@ int main(int argc, char **argv)
         return 2;
     c.comm = mp_init_env("mp_coll_v", &c.rank, &c.n);
     c.keys = malloc((size_t)c.n * sizeof *c.keys);
+    if (registered != NULL) {
+        die_on(&c, chorus_mem_alloc(c.comm, registered_bytes, &win), "chorus_mem_alloc");
+        if (strcmp(registered, "all") == 0 || (c.rank % 2 == 1) == (strcmp(registered, "odd") == 0)) {
+            reg_base = win;
+            reg_size = registered_bytes;
+        }
+    }
     double t0 = mp_now();
     for (int dt = 0; dt < CHORUS_NUM_DTYPES; dt++) {
         if (!dtypes[dt]) continue;
@@ -608,6 +670,21 @@ int main(int argc, char **argv)
     uint64_t fails = c.nfail, all_fails = 0;
     die_on(&c, chorus_allreduce(&fails, &all_fails, 1, CHORUS_UINT64, CHORUS_SUM, c.comm, NULL),
            "allreduce of the failure counts");
+    if (registered != NULL) {
+        /* The windows must have been read in place somewhere, or the run proved nothing. */
+        uint64_t bytes = 0, all_bytes = 0;
+        die_on(&c, chorus_mem_stats(c.comm, NULL, &bytes), "chorus_mem_stats");
+        die_on(&c, chorus_allreduce(&bytes, &all_bytes, 1, CHORUS_UINT64, CHORUS_SUM, c.comm,
+                                    NULL), "allreduce of the window bytes");
+        if (c.n > 1 && all_bytes == 0) {
+            if (c.rank == 0) printf("FAIL --registered %s: no call read a peer's window\n", registered);
+            all_fails++;
+        }
+        if (c.rank == 0)
+            printf("mp_coll_v: --registered %s: %llu bytes read from peers' windows\n", registered,
+                   (unsigned long long)all_bytes);
+        die_on(&c, chorus_mem_free(c.comm, win), "chorus_mem_free");
+    }
     if (c.rank == 0)
         printf("mp_coll_v: nranks=%d transport=%s: %zu cases, %llu failed (%.2f s)\n", c.n,
                getenv("CHORUS_TRANSPORT") ? getenv("CHORUS_TRANSPORT") : "auto", c.ncases,
