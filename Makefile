@@ -20,6 +20,10 @@ SAN     ?=
 CPPFLAGS += -Iinclude -Ilib -Ikernels -D_GNU_SOURCE
 CFLAGS   += -std=c11 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes -fno-strict-aliasing
+# Paths in debug information and __FILE__ relative to the tree, so that two clones of one
+# commit build the same bytes (reproducible builds; .ci/run relies on it to run each test
+# once per job: tests/run_tests.sh, build_id).
+CFLAGS   += -ffile-prefix-map=$(CURDIR)=.
 ifeq ($(SAN),1)
 CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=address,undefined
