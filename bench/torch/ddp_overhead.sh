@@ -93,11 +93,18 @@ print(f"  staged, in place (DDP's buckets): {staged:.1f} ms; registered, out of 
       f"{reg['time_us'] / 1e3:.1f} ms")
 if bw and reg.get("bound_fraction"):
     t_bound = reg["time_us"] * reg["bound_fraction"] / 1e3
+    n, size = r0["metadata"]["ranks"], r0["rows"][0]["size"]
+    # Buffers private to each rank (DDP allocates its buckets): (5n - 2) x size of reads and
+    # writes at least (bench/README.md, "DDP's overhead and the machine's bound").
+    t_private = (5 * n - 2) * size / (bw["traffic_GBps"] * 1e9) * 1e3
+    ratio = lambda t: f"{t / og:.2f}" if og > 0 else "n/a"
     print(f"  a single-copy path at this run's memory bandwidth ({bw['traffic_GBps']:.1f} GB/s "
           f"of reads and writes): {t_bound:.1f} ms at best")
     print(f"  so the lowest step this machine allows is floor + {t_bound:.1f} ms: step / floor "
-          f">= {(med['floor'] + t_bound) / med['floor']:.3f}, overhead ratio >= "
-          + (f"{t_bound / og:.2f}" if og > 0 else "n/a"))
+          f">= {(med['floor'] + t_bound) / med['floor']:.3f}, overhead ratio >= {ratio(t_bound)}")
+    print(f"  with the buckets in private memory, as DDP allocates them, any path moves "
+          f"(5n-2) x {size / 1e6:.1f} MB: {t_private:.1f} ms at best: step / floor >= "
+          f"{(med['floor'] + t_private) / med['floor']:.3f}, overhead ratio >= {ratio(t_private)}")
 PY
 "$PYTHON" tests/python/compare_weights.py "$OUT/chorus.pt" "$OUT/gloo.pt" --rel 1e-5
 echo "records: $J"

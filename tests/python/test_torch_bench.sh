@@ -83,6 +83,12 @@ else:
     if abs(float(lim.group(2)) - (step["floor"] + t_bound) / step["floor"]) > 0.0006:
         bad.append(f"step / floor limit {lim.group(2)}, the records give "
                    f"{(step['floor'] + t_bound) / step['floor']:.3f}")
+priv = re.search(r"moves \(5n-2\) x ([0-9.]+) MB: ([0-9.]+) ms at best: step / floor >= ([0-9.]+)", text)
+n = r0["metadata"]["ranks"]
+t_priv = (5 * n - 2) * grad_bytes / (r1["metadata"]["memory_bandwidth"]["traffic_GBps"] * 1e9) * 1e3
+if not priv or abs(float(priv.group(2)) - t_priv) > 0.06 or \
+        abs(float(priv.group(3)) - (step["floor"] + t_priv) / step["floor"]) > 0.0006:
+    bad.append(f"private-memory bound {priv and priv.groups()}, the records give {t_priv:.2f} ms")
 if "(bound 1e-05)" not in text:
     bad.append("no weights comparison")
 for b in bad:
