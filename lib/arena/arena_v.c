@@ -32,8 +32,9 @@
  * its readers take its parts from the window. When every writer offered, the readers read
  * everything at once after the first step, without chunks. A call where any writer offered
  * ends with one more step, which the offering writers wait for: when they return, nobody
- * reads their buffers. gather, scatter, allgatherv and reduce_scatterv (not in place);
- * alltoallv's readers do not know their writers' sdispls, so it copies as before.
+ * reads their buffers. reduce_scatterv not in place; alltoallv where its counts tables
+ * have room for the writers' sdispls too (its readers need them), and not for a writer
+ * whose blocks went with its table.
  */
 #include "arena/arena_int.h"
 
@@ -59,11 +60,14 @@ typedef struct {
     size_t rs_total;     /* reduce_scatterv: elements of a send buffer (sum of recvcounts) */
     const uint8_t *table_base; /* alltoallv: the flat slots holding every rank's counts */
     int table_par;
+    int table_sd;        /* alltoallv: the tables carry sdispls too (for windows) */
     size_t traffic;
 } vmove_t;
 
 /* Writer r's counts table (alltoallv): a word saying whether its blocks follow the table
- * (VM_PACKED), then n sendcounts and n recvcounts, by comm rank. */
+ * (VM_PACKED), then n sendcounts and n recvcounts, by comm rank, and n sdispls where
+ * windows may be used and the flat slot has room (table_sd): a reader of r's window needs
+ * them. */
 #define VM_PACKED 1u
 static const uint64_t *vm_table(const chorus_arena_t *a, const vmove_t *m, int r)
 {
@@ -206,6 +210,16 @@ static size_t vm_win_bytes(const chorus_arena_t *a, const vmove_t *m, int r)
     case CHORUS_COLL_SCATTER: return r == m->root ? (size_t)a->n * v->count * m->esize : 0;
     case CHORUS_COLL_ALLGATHERV: return v->recvcounts[a->ranks[r]] * m->esize;
     case CHORUS_COLL_REDUCE_SCATTERV: return m->rs_total * m->esize;
+    case CHORUS_COLL_ALLTOALLV: {
+        /* From r's table, which every rank reads the same; a writer whose blocks went with
+         * its table has nothing left to offer. */
+        const uint64_t *t = vm_table(a, m, r);
+        size_t end = 0;
+        if (!m->table_sd || vm_packed(a, r)) return 0;
+        for (int p = 0; p < a->n; p++)
+            if (t[p] > 0 && t[2 * a->n + p] + t[p] > end) end = (size_t)(t[2 * a->n + p] + t[p]);
+        return end * m->esize;
+    }
     default: return 0;
     }
 }
@@ -235,6 +249,10 @@ static chorus_status_t vm_resolve(chorus_arena_t *a, vmove_t *m, int *all_p)
         if (bytes == 0) continue; /* not a writer */
         if (o != 0 && r != a->me) {
             a->wsrc[r] = arena__win_at(a, r, o, bytes);
+            /* alltoallv: straight at r's block for me, from r's table, which r may rewrite
+             * for its next call once this one's steps are through. */
+            if (a->wsrc[r] != NULL && m->v->coll == CHORUS_COLL_ALLTOALLV)
+                a->wsrc[r] += vm_table(a, m, r)[2 * a->n + a->ranks[a->me]] * m->esize;
             if (a->wsrc[r] == NULL)
                 return arena__fail(a, chorus__error(CHORUS_ERR_REMOTE, "rank %d: arena: %s: "
                                                     "rank %d names window %u at %llu, which "
@@ -325,7 +343,8 @@ static chorus_status_t vm_counts(chorus_arena_t *a, vmove_t *m)
 {
     const chorus_arena_v_args_t *v = m->v;
     const int n = a->n, me = a->ranks[a->me];
-    const size_t hdr = (1 + 2 * (size_t)n) * sizeof(uint64_t);
+    const int sd = a->nwins > 0 && (1 + 3 * (size_t)n) * sizeof(uint64_t) <= a->flat_slot;
+    const size_t hdr = (1 + (sd ? 3 : 2) * (size_t)n) * sizeof(uint64_t);
     uint64_t s0 = a->step, *mine, total = 0;
     uint8_t *packed;
     chorus_status_t status = arena__enter(a, v->what);
@@ -337,9 +356,11 @@ static chorus_status_t vm_counts(chorus_arena_t *a, vmove_t *m)
     m->table_par = (int)(a->opno & 1);
     mine = (uint64_t *)(void *)(a->flat + ((size_t)a->me * 2 + (size_t)m->table_par) * a->flat_slot);
     packed = (uint8_t *)mine + hdr;
+    m->table_sd = sd;
     for (int p = 0; p < n; p++) {
         mine[1 + p] = v->sendcounts[p];
         mine[1 + n + p] = v->recvcounts[p];
+        if (sd) mine[1 + 2 * n + p] = v->sdispls[p];
         if (p != me) total += v->sendcounts[p];
     }
     mine[0] = total * m->esize <= a->flat_slot - hdr ? VM_PACKED : 0;
@@ -384,7 +405,8 @@ static chorus_status_t vm_counts(chorus_arena_t *a, vmove_t *m)
         for (int p = 0; p < me; p++)
             if (p != cr) off += (size_t)t[p];
         vm_copy(m, (uint8_t *)v->recvbuf + v->rdispls[cr] * m->esize,
-                (const uint8_t *)(t + 2 * n) + off * m->esize, v->recvcounts[cr] * m->esize);
+                (const uint8_t *)(t + (sd ? 3 : 2) * n) + off * m->esize,
+                v->recvcounts[cr] * m->esize);
     }
     return CHORUS_SUCCESS;
 }
@@ -462,7 +484,8 @@ chorus_status_t chorus__arena_v(chorus_arena_t *a, const chorus_arena_v_args_t *
                    m.root < 0 ? 0 : a->ranks[m.root]);
     reads = vm_reads(a, &m);
     /* Windows: decided from what every rank knows (nwins, the plan, the collective). */
-    m.win = a->nwins > 0 && m.where != ARENA_MOVE_INLINE && v->coll != CHORUS_COLL_ALLTOALLV;
+    m.win = a->nwins > 0 && m.where != ARENA_MOVE_INLINE &&
+            (v->coll != CHORUS_COLL_ALLTOALLV || m.table_sd);
     if (m.win) {
         /* Not in place for reduce_scatterv: my own part goes through my slot. */
         uint64_t o = vm_writes(a, &m) && !m.own_in_slot
