@@ -47,7 +47,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.backend == "chorus":
-        import chorus.torch  # noqa: F401  registers the backend
+        import chorus.torch  # registers the backend; chorus.torch.empty below
     dist.init_process_group(args.backend, init_method="env://")
     rank, n = dist.get_rank(), dist.get_world_size()
     out = open(args.json, "a") if rank == 0 and args.json else None
@@ -84,7 +84,6 @@ def main():
             # in place (single copy) and the bytes read from peers' buffers. torch's
             # all_reduce works in place, which the library reads in place on 2 ranks from
             # 16 MiB and stages otherwise (lib/arena/arena_direct.c says why).
-            import chorus.torch
             reg = chorus.torch.empty((size // 4,), dtype=torch.float32)
             reg.zero_()
             c0, b0 = chorus.torch.mem_stats()

@@ -151,35 +151,18 @@ static int call_ok(ctx_t *c, const mcase_t *k, chorus_status_t st, const char *f
 #define COLL_MATRIX_BUF_FREE(p) free(p)
 #endif
 
-/* --registered: a bump allocator over this rank's window; it starts over whenever every
- * buffer it gave is freed (each case frees its own). */
-static unsigned char *reg_base;
-static size_t reg_size, reg_top;
-static int reg_live;
+/* --registered: this rank's window (mp_bump_t), when its buffers are registered. */
+static mp_bump_t reg = {.prog = "mp_coll_matrix"};
 
 static void *buf_alloc_raw(size_t bytes)
 {
-    unsigned char *p;
-    if (reg_base == NULL) return COLL_MATRIX_BUF_ALLOC(bytes);
-    reg_top = (reg_top + 63) / 64 * 64;
-    if (reg_size - reg_top < bytes) {
-        fprintf(stderr, "mp_coll_matrix: the registered window (%zu bytes) is too small: raise "
-                "--registered-bytes\n", reg_size);
-        exit(1);
-    }
-    p = reg_base + reg_top;
-    reg_top += bytes;
-    reg_live++;
-    return p;
+    void *p = mp_bump_alloc(&reg, bytes);
+    return p != NULL ? p : COLL_MATRIX_BUF_ALLOC(bytes);
 }
 
 static void buf_free_raw(void *p)
 {
-    if (reg_base == NULL) {
-        COLL_MATRIX_BUF_FREE(p);
-        return;
-    }
-    if (--reg_live == 0) reg_top = 0;
+    if (!mp_bump_free(&reg, p)) COLL_MATRIX_BUF_FREE(p);
 }
 
 static void *gbuf_alloc(size_t bytes)
@@ -961,11 +944,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "mp_coll_matrix: --registered all, odd or even\n");
             return 2;
         }
-        reg_size = c.registered_bytes ? c.registered_bytes : (size_t)64 << 20;
+        reg.size = c.registered_bytes ? c.registered_bytes : (size_t)64 << 20;
         /* Collective: every rank makes the window; the ranks not named keep using malloc. */
-        mp_die_on_error(chorus_mem_alloc(c.comm, reg_size, &win), c.comm, c.rank,
+        mp_die_on_error(chorus_mem_alloc(c.comm, reg.size, &win), c.comm, c.rank,
                         "chorus_mem_alloc");
-        if (mine) reg_base = win;
+        if (mine) reg.base = win;
         c.reg_win = win;
     }
     double t0 = mp_now();

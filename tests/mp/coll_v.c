@@ -170,42 +170,24 @@ static int check_reduced(vctx_t *c, chorus_dtype_t dt, int op, const void *got, 
 }
 
 /* ---- --registered: buffers in this rank's chorus_mem_alloc window (issue 38) ----
- * A bump allocator over the window, with the guard zones of mp_guarded; it starts over
- * whenever every buffer of it has been freed. Ranks outside the chosen set (odd, even)
- * allocate the window too (the call is collective) but keep using malloc, so calls mix
- * registered and plain buffers. */
-static unsigned char *reg_base;
-static size_t reg_size, reg_top;
-static int reg_live;
+ * Guarded buffers as mp_guarded's, from the window (mp_bump_t). Ranks outside the chosen
+ * set (odd, even) allocate the window too (the call is collective) but keep using malloc,
+ * so calls mix registered and plain buffers. */
+static mp_bump_t reg = {.prog = "mp_coll_v"};
 
 static unsigned char *vguarded(size_t bytes)
 {
-    size_t need = bytes + 2 * MP_GUARD;
-    unsigned char *p;
+    unsigned char *p = mp_bump_alloc(&reg, bytes + 2 * MP_GUARD);
 
-    if (reg_base == NULL) return mp_guarded(bytes);
-    reg_top = (reg_top + 63) / 64 * 64;
-    if (reg_size - reg_top < need) {
-        fprintf(stderr, "mp_coll_v: the registered window (%zu bytes) is too small: raise "
-                "--registered-bytes\n", reg_size);
-        exit(1);
-    }
-    p = reg_base + reg_top;
-    reg_top += need;
-    reg_live++;
-    memset(p, 0xa5, need);
+    if (p == NULL) return mp_guarded(bytes);
+    memset(p, 0xa5, bytes + 2 * MP_GUARD); /* as mp_guarded */
     memset(p + MP_GUARD, 0, bytes);
     return p + MP_GUARD;
 }
 
 static void vguarded_free(unsigned char *buf)
 {
-    if (buf == NULL) return;
-    if (reg_base != NULL && buf >= reg_base && buf < reg_base + reg_size) {
-        if (--reg_live == 0) reg_top = 0;
-        return;
-    }
-    mp_guarded_free(buf);
+    if (buf != NULL && !mp_bump_free(&reg, buf - MP_GUARD)) mp_guarded_free(buf);
 }
 
 /* ---- Receive buffers: complement inside the blocks, a pattern between them ---- */
@@ -655,8 +637,8 @@ int main(int argc, char **argv)
     if (registered != NULL) {
         die_on(&c, chorus_mem_alloc(c.comm, registered_bytes, &win), "chorus_mem_alloc");
         if (strcmp(registered, "all") == 0 || (c.rank % 2 == 1) == (strcmp(registered, "odd") == 0)) {
-            reg_base = win;
-            reg_size = registered_bytes;
+            reg.base = win;
+            reg.size = registered_bytes;
         }
     }
     double t0 = mp_now();

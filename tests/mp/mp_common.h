@@ -224,6 +224,45 @@ static inline long double mp_unit_roundoff(chorus_dtype_t dt)
     }
 }
 
+/* ---- --registered: buffers from this rank's chorus_mem_alloc window ----
+ * A bump allocator over the window (64-byte aligned); it starts over whenever every buffer
+ * it gave has been freed. With base NULL (the rank's buffers are not registered) it gives
+ * nothing and owns nothing, and the caller uses its usual allocator. */
+typedef struct {
+    unsigned char *base;
+    size_t size, top;
+    int live;
+    const char *prog; /* for the message when the window is too small */
+} mp_bump_t;
+
+/* bytes from the window, or NULL when b has none; exits when the window is too small. */
+static inline void *mp_bump_alloc(mp_bump_t *b, size_t bytes)
+{
+    unsigned char *p;
+
+    if (b->base == NULL) return NULL;
+    b->top = (b->top + 63) / 64 * 64;
+    if (b->size - b->top < bytes) {
+        fprintf(stderr, "%s: the registered window (%zu bytes) is too small: raise "
+                "--registered-bytes\n", b->prog, b->size);
+        exit(1);
+    }
+    p = b->base + b->top;
+    b->top += bytes;
+    b->live++;
+    return p;
+}
+
+/* 1 when p came from the window (and is now given back), 0 when it is not b's. */
+static inline int mp_bump_free(mp_bump_t *b, const void *p)
+{
+    const unsigned char *q = p;
+
+    if (b->base == NULL || q < b->base || q >= b->base + b->size) return 0;
+    if (--b->live == 0) b->top = 0;
+    return 1;
+}
+
 /* ---- Guarded buffers: overruns show in the canary zones on both sides ---- */
 
 #define MP_GUARD 64 /* bytes of 0xa5 on each side */
