@@ -610,6 +610,22 @@ chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collect
                                          const char *algorithm, size_t count,
                                          chorus_dtype_t dtype, double *us_p);
 
+/* What chorus_algorithm_predict_buffers assumes of the call's buffers (flags, or-ed). */
+#define CHORUS_PREDICT_REGISTERED 1u /* every rank's buffers lie in memory from
+                                      * chorus_mem_alloc: on one host, collectives read
+                                      * their peers' buffers in place */
+#define CHORUS_PREDICT_IN_PLACE 2u   /* every rank calls in place */
+
+/* As chorus_algorithm_predict, for a call whose buffers are as flags say (0: plain buffers,
+ * out of place, which is what chorus_algorithm_predict assumes). The registered paths
+ * differ only where the call runs on one host's shared arena; elsewhere the flags do not
+ * change the answer. CHORUS_ERR_INVALID_ARGUMENT as chorus_algorithm_predict, and for an
+ * unknown flag. */
+chorus_status_t chorus_algorithm_predict_buffers(chorus_comm_t comm, const char *collective,
+                                                 const char *algorithm, size_t count,
+                                                 chorus_dtype_t dtype, unsigned flags,
+                                                 double *us_p);
+
 /* Records a measured decision in the calibration file the tuner reads when a communicator
  * is created (CHORUS_TUNE_FILE, else $XDG_CACHE_HOME/chorus/tune-<hostname>.conf or
  * ~/.cache/chorus/...): communicators shaped like comm (the transport between same-host

@@ -127,14 +127,17 @@ static void chosen_algo(bench_t *b, const test_t *t, const counts_t *c, char *ou
     snprintf(out, size, "%s", name);
 }
 
-/* The model's time for this call on the comm's choice, -1 when there is none. */
-static double predicted(const bench_t *b, const test_t *t, const counts_t *c)
+/* The model's time for this call on the comm's choice, for buffers as the row has them
+ * (registered with -R 1, in place or not), -1 when there is none. */
+static double predicted(const bench_t *b, const test_t *t, const counts_t *c, int in_place)
 {
+    unsigned flags = (b->opt.registered && !b->opt.device ? CHORUS_PREDICT_REGISTERED : 0u) |
+                     (in_place ? CHORUS_PREDICT_IN_PLACE : 0u);
     double us = -1.0;
 
     if (t->coll == COLL_SENDRECV || b->opt.backend == BACKEND_NCCL ||
-        chorus_algorithm_predict(b->comm, bench_coll_name(t->coll), NULL, c->param_count, t->dtype,
-                                 &us) != CHORUS_SUCCESS)
+        chorus_algorithm_predict_buffers(b->comm, bench_coll_name(t->coll), NULL, c->param_count,
+                                         t->dtype, flags, &us) != CHORUS_SUCCESS)
         return -1.0;
     return us;
 }
@@ -284,7 +287,7 @@ void bench_row_init(bench_t *b, const test_t *t, const counts_t *c, int in_place
                    .count = c->param_count,
                    .wrong = -1,
                    .iters = iters,
-                   .predicted_us = predicted(b, t, c),
+                   .predicted_us = predicted(b, t, c, in_place),
                    .pass = algo_index(b->pass_algo)};
     chosen_algo(b, t, c, row->algo, sizeof(row->algo));
 }

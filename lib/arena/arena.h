@@ -121,6 +121,23 @@ chorus_status_t chorus__arena_win_free(chorus_arena_t *arena, struct chorus_boot
  * from windows, since the arena was made (0, 0 without an arena). */
 void chorus__arena_win_stats(const chorus_arena_t *arena, uint64_t *calls_p, uint64_t *bytes_p);
 
+/* The path of a collective when every local rank's buffers lie in registered windows: the
+ * rule arena_direct.c and arena_coll.c follow, and what the tuner's model costs. */
+typedef enum {
+    CHORUS_ARENA_WIN_NONE = 0, /* the path of plain buffers (staged, flat or eager) */
+    CHORUS_ARENA_WIN_READ,     /* allgather, broadcast, alltoall, reduce_scatter: every rank
+                                * reads (or reduces) its peers' parts in their windows */
+    CHORUS_ARENA_WIN_ONE_SHOT, /* allreduce: every rank reduces all n vectors */
+    CHORUS_ARENA_WIN_TWO_SHOT  /* allreduce: each reduces its slice, then copies the rest */
+} chorus_arena_win_path_t;
+
+/* That path for coll on n local ranks, bytes being the call's count in bytes (allreduce:
+ * the vector; the others: one part, as in arena_coll.c), in_place when every rank calls in
+ * place, flat_max as chorus__arena_flat_max. CHORUS_WIN_ONESHOT_MAX moves the allreduce
+ * limit between one-shot and two-shot. */
+chorus_arena_win_path_t chorus__arena_win_path(chorus_coll_t coll, int n, size_t bytes,
+                                               int in_place, size_t flat_max);
+
 /* Bytes below which allreduce takes the flat path (for the tuner's model). */
 size_t chorus__arena_flat_max(const chorus_arena_t *arena);
 /* Bytes of one pipeline chunk of the staged path (for the tuner's model). */

@@ -273,18 +273,12 @@ static chorus_status_t move_cma(chorus_arena_t *a, const arena_move_t *m, uint64
 /* Registered windows (arena_win.c). Whether m may read peers' buffers in their windows:
  * decided from the signature alone, like the single-copy path, so that every rank of a
  * matching call takes the same steps; whether each peer offered its buffer is its own
- * affair, read with its first step. */
-/* A broadcast root that offers its buffer waits for its readers at the end, where the
- * copying path lets it run ahead: below this the wait cost more than the copy saved
- * (2 ranks, 64 KiB: 48.6 us against Open MPI's 6.2, compare.sh -R, 2026-12-05). */
-#define ARENA_WIN_BCAST_MIN ((size_t)256 << 10)
-
+ * affair, read with its first step (in place, move_offer offers nothing). */
 static int move_may_win(const chorus_arena_t *a, const arena_move_t *m)
 {
-    if (a->nwins == 0 || m->where == ARENA_MOVE_INLINE) return 0;
-    if (m->coll == CHORUS_COLL_BROADCAST) return m->count * m->esize >= ARENA_WIN_BCAST_MIN;
-    return m->coll == CHORUS_COLL_ALLGATHER || m->coll == CHORUS_COLL_ALLTOALL ||
-           m->coll == CHORUS_COLL_REDUCE_SCATTER;
+    return a->nwins > 0 && m->where != ARENA_MOVE_INLINE &&
+           chorus__arena_win_path(m->coll, a->n, m->count * m->esize, 0, 0) !=
+               CHORUS_ARENA_WIN_NONE;
 }
 
 /* Writes into my control line which window (if any) holds the buffer my peers read from

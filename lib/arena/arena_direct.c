@@ -180,6 +180,40 @@ static chorus_status_t direct_two_shot(chorus_arena_t *a, const void *send, void
     return direct_done(a, s0 + 3, what);
 }
 
+/* A broadcast root that offers its buffer waits for its readers at the end, where the
+ * copying path lets it run ahead: below this the wait cost more than the copy saved
+ * (2 ranks, 64 KiB: 48.6 us against Open MPI's 6.2, compare.sh -R, 2026-12-05). */
+#define ARENA_WIN_BCAST_MIN ((size_t)256 << 10)
+
+chorus_arena_win_path_t chorus__arena_win_path(chorus_coll_t coll, int n, size_t bytes,
+                                               int in_place, size_t flat_max)
+{
+    size_t one_shot_max;
+
+    switch (coll) {
+    case CHORUS_COLL_ALLREDUCE:
+        if (bytes <= flat_max || (in_place && (n > 2 || bytes < ARENA_INPLACE_MIN)))
+            return CHORUS_ARENA_WIN_NONE;
+        /* One-shot reads n vectors: its limit shrinks as ranks grow (2 ranks: always; 4: the
+         * limit; 8: half of it; 8 ranks at 256 KiB measured 1.31x Open MPI one-shot). */
+        one_shot_max = chorus__config_size("CHORUS_WIN_ONESHOT_MAX", ARENA_ONESHOT_MAX_DEFAULT);
+        if (n > 4) one_shot_max = one_shot_max * 4 / (size_t)n;
+        return n == 2 || bytes <= one_shot_max ? CHORUS_ARENA_WIN_ONE_SHOT
+                                               : CHORUS_ARENA_WIN_TWO_SHOT;
+    case CHORUS_COLL_BROADCAST:
+        return bytes >= ARENA_WIN_BCAST_MIN ? CHORUS_ARENA_WIN_READ : CHORUS_ARENA_WIN_NONE;
+    case CHORUS_COLL_ALLGATHER:
+        return bytes > ARENA_INLINE ? CHORUS_ARENA_WIN_READ : CHORUS_ARENA_WIN_NONE;
+    case CHORUS_COLL_ALLTOALL:
+    case CHORUS_COLL_REDUCE_SCATTER:
+        /* In place, a rank's own reads (alltoall) or own part (reduce_scatter) would
+         * overwrite what its peers read: it offers nothing (arena_coll.c). */
+        return !in_place && (size_t)n * bytes > ARENA_INLINE ? CHORUS_ARENA_WIN_READ
+                                                             : CHORUS_ARENA_WIN_NONE;
+    default: return CHORUS_ARENA_WIN_NONE;
+    }
+}
+
 int arena__direct_allreduce(chorus_arena_t *a, const void *send, void *recv, size_t count,
                             chorus_dtype_t dtype, chorus_op_t op, const char *what,
                             chorus_status_t *status_p)
@@ -187,7 +221,7 @@ int arena__direct_allreduce(chorus_arena_t *a, const void *send, void *recv, siz
     size_t bytes = count * chorus_dtype_size(dtype);
     uint64_t s0 = a->step, par = a->opno & 1;
     int all_send = 1, all_recv = 1, any_in_place = 0;
-    size_t one_shot_max;
+    chorus_arena_win_path_t path;
     chorus_status_t status;
 
     a->ctl[a->me].offer[par][0] = arena__win_offer(a, send, bytes);
@@ -213,13 +247,9 @@ int arena__direct_allreduce(chorus_arena_t *a, const void *send, void *recv, siz
             return 1;
         }
     }
-    one_shot_max = chorus__config_size("CHORUS_WIN_ONESHOT_MAX", ARENA_ONESHOT_MAX_DEFAULT);
-    if (any_in_place && (a->n > 2 || bytes < ARENA_INPLACE_MIN))
-        return 0; /* the staged path (ARENA_INPLACE_MIN) */
-    /* One-shot reads n vectors: its limit shrinks as ranks grow (2 ranks: always; 4: the
-     * limit; 8: half of it; 8 ranks at 256 KiB measured 1.31x Open MPI one-shot). */
-    if (a->n > 4) one_shot_max = one_shot_max * 4 / (size_t)a->n;
-    if (all_send && (a->n == 2 || bytes <= one_shot_max || !all_recv)) {
+    path = chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, a->n, bytes, any_in_place, a->flat_slot);
+    if (path == CHORUS_ARENA_WIN_NONE) return 0; /* the staged path (ARENA_INPLACE_MIN) */
+    if (all_send && (path == CHORUS_ARENA_WIN_ONE_SHOT || !all_recv)) {
         a->win_calls++;
         *status_p = any_in_place
                         ? direct_one_shot_chunked(a, send, recv, count, dtype, op, s0, what)

@@ -209,18 +209,23 @@ chorus_status_t chorus_algorithm_name(chorus_comm_t comm, const char *collective
     return CHORUS_SUCCESS;
 }
 
-chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collective,
-                                         const char *algorithm, size_t count,
-                                         chorus_dtype_t dtype, double *us_p)
+static chorus_status_t select_predict(chorus_comm_t comm, const char *fn, const char *collective,
+                                      const char *algorithm, size_t count, chorus_dtype_t dtype,
+                                      unsigned flags, double *us_p)
 {
-    static const char fn[] = "chorus_algorithm_predict";
     chorus_status_t status;
     uint64_t bytes;
     int coll, algo;
+    unsigned how = 0;
     double us;
 
     status = select_query_args(comm, fn, collective, count, dtype, us_p, "us_p", &coll, &bytes);
     if (status != CHORUS_SUCCESS) return status;
+    if (flags & ~(CHORUS_PREDICT_REGISTERED | CHORUS_PREDICT_IN_PLACE))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown flags 0x%x",
+                             comm->rank, fn, flags);
+    if (flags & CHORUS_PREDICT_REGISTERED) how |= CHORUS_TUNE_REGISTERED;
+    if (flags & CHORUS_PREDICT_IN_PLACE) how |= CHORUS_TUNE_IN_PLACE;
     algo = algorithm != NULL ? chorus__algo_parse(algorithm) : CHORUS_ALGO_AUTO;
     if (algo < 0)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown algorithm "
@@ -235,13 +240,12 @@ chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collect
                              "(CHORUS_TUNE=0)", comm->rank, fn);
     if (coll == CHORUS_COLL_BARRIER) count = 0;
     /* The chunk the call would run with: the tuner's for its own pick. */
-    status = chorus__tune_predict(comm->tune, (chorus_coll_t)coll, (chorus_algo_t)algo, count,
-                                  dtype,
-                                  chorus__select_chunk_count(comm, (chorus_coll_t)coll,
-                                                             (chorus_algo_t)algo, bytes,
-                                                             chorus_dtype_size(dtype)) *
-                                      chorus_dtype_size(dtype),
-                                  &us);
+    status = chorus__tune_predict_buffers(
+        comm->tune, (chorus_coll_t)coll, (chorus_algo_t)algo, count, dtype,
+        chorus__select_chunk_count(comm, (chorus_coll_t)coll, (chorus_algo_t)algo, bytes,
+                                   chorus_dtype_size(dtype)) *
+            chorus_dtype_size(dtype),
+        how, &us);
     if (status == CHORUS_ERR_UNSUPPORTED)
         return chorus__error(status, "rank %d: %s: %s does not implement %s here", comm->rank,
                              fn, chorus__algo_name((chorus_algo_t)algo), collective);
@@ -249,4 +253,21 @@ chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collect
         return chorus__error_context(status, "rank %d: %s", comm->rank, fn);
     *us_p = us;
     return CHORUS_SUCCESS;
+}
+
+chorus_status_t chorus_algorithm_predict(chorus_comm_t comm, const char *collective,
+                                         const char *algorithm, size_t count,
+                                         chorus_dtype_t dtype, double *us_p)
+{
+    return select_predict(comm, "chorus_algorithm_predict", collective, algorithm, count, dtype,
+                          0, us_p);
+}
+
+chorus_status_t chorus_algorithm_predict_buffers(chorus_comm_t comm, const char *collective,
+                                                 const char *algorithm, size_t count,
+                                                 chorus_dtype_t dtype, unsigned flags,
+                                                 double *us_p)
+{
+    return select_predict(comm, "chorus_algorithm_predict_buffers", collective, algorithm, count,
+                          dtype, flags, us_p);
 }

@@ -274,6 +274,14 @@ chorus_status_t chorus__tune_predict(chorus_tune_t *tune, chorus_coll_t coll, ch
                                      uint64_t count, chorus_dtype_t dtype, uint64_t chunk_bytes,
                                      double *us_p)
 {
+    return chorus__tune_predict_buffers(tune, coll, algo, count, dtype, chunk_bytes, 0, us_p);
+}
+
+chorus_status_t chorus__tune_predict_buffers(chorus_tune_t *tune, chorus_coll_t coll,
+                                             chorus_algo_t algo, uint64_t count,
+                                             chorus_dtype_t dtype, uint64_t chunk_bytes,
+                                             unsigned how, double *us_p)
+{
     double us;
     chorus_status_t status;
 
@@ -286,7 +294,7 @@ chorus_status_t chorus__tune_predict(chorus_tune_t *tune, chorus_coll_t coll, ch
                                                     algo, count, dtype, chunk_bytes, &us);
     else
         status = chorus__tune_simulate(&tune->params, &tune->topo, coll, algo, count, dtype,
-                                       chunk_bytes, &us);
+                                       chunk_bytes, how, &us);
     if (status != CHORUS_SUCCESS) return status;
     *us_p = us * tune->params.corr[tune->corr_row][algo];
     return CHORUS_SUCCESS;

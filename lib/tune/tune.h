@@ -126,6 +126,19 @@ chorus_status_t chorus__tune_predict(chorus_tune_t *tune, chorus_coll_t coll, ch
                                      uint64_t count, chorus_dtype_t dtype, uint64_t chunk_bytes,
                                      double *us_p);
 
+/* What a prediction assumes of the call's buffers (0: plain buffers, out of place). Only
+ * the arena's model reads them: a schedule moves the same bytes either way. */
+enum {
+    CHORUS_TUNE_REGISTERED = 1, /* every rank's buffers lie in registered windows (issue 38) */
+    CHORUS_TUNE_IN_PLACE = 2    /* every rank calls in place */
+};
+
+/* As chorus__tune_predict, for buffers as how says. */
+chorus_status_t chorus__tune_predict_buffers(chorus_tune_t *tune, chorus_coll_t coll,
+                                             chorus_algo_t algo, uint64_t count,
+                                             chorus_dtype_t dtype, uint64_t chunk_bytes,
+                                             unsigned how, double *us_p);
+
 /* One decision of the tuner: the algorithm and chunk predicted fastest for a size class. */
 typedef struct {
     chorus_algo_t algo;
@@ -182,9 +195,11 @@ chorus_status_t chorus__tune_simulate_fabric(chorus_fabric_t *fab, const int *pl
                                              chorus_coll_t coll, chorus_algo_t algo,
                                              uint64_t count, chorus_dtype_t dtype,
                                              uint64_t chunk_bytes, double *us_p);
-/* Time in microseconds of algo for coll on topo, before correction factors. */
+/* Time in microseconds of algo for coll on topo, before correction factors, for buffers as
+ * how says (CHORUS_TUNE_REGISTERED, CHORUS_TUNE_IN_PLACE). */
 chorus_status_t chorus__tune_simulate(const chorus_tune_params_t *p, const chorus_tune_topo_t *topo,
                                       chorus_coll_t coll, chorus_algo_t algo, uint64_t count,
-                                      chorus_dtype_t dtype, uint64_t chunk_bytes, double *us_p);
+                                      chorus_dtype_t dtype, uint64_t chunk_bytes, unsigned how,
+                                      double *us_p);
 
 #endif

@@ -20,6 +20,8 @@
  */
 #include "tune/tune.h"
 
+#include "arena/arena.h"
+
 #include "sim/sim.h"
 #include "util/status.h"
 
@@ -130,8 +132,46 @@ chorus_status_t chorus__tune_fabric_desc(const chorus_tune_params_t *p,
  * stays small, so mem does not apply. The allreduce terms were fitted against chorus-bench
  * --algo all at 2 and 4 ranks on the 2-core development machine (within 20% from 8 KiB to
  * 32 MiB); the others reuse those rates with their own byte counts. */
+/* The work (microseconds of all ranks' copies and reductions together) of a collective
+ * whose buffers lie in registered windows on every rank, or -1 where it takes the plain
+ * buffers' path (chorus__arena_win_path). Nothing goes through the slots: each rank reads
+ * its peers' parts where they lie, in one pass, with two synchronisations (the offers and
+ * the end, arena_coll.c) and three for two-shot (arena_direct.c):
+ *   allgather       copy n B                 broadcast        each copies B
+ *   alltoall        copy n B                 reduce_scatter   reduce n sources of B
+ *   allreduce       one-shot: reduce n vectors of B; two-shot: reduce n sources of B / n
+ *                   and copy the other (n - 1) B / n; in place on 2 ranks, one-shot in
+ *                   chunks that are copied back
+ * (per rank; B as in tune_arena). The rates are the staged path's: nothing is fitted to
+ * the window paths, which bench/sim/validate_registered.sh judges against measurement. */
+static double tune_arena_windows(const chorus_tune_topo_t *t, chorus_coll_t coll, double bytes,
+                                 double cpy, double red, unsigned how, int *nsync_p)
+{
+    double n = t->nlocal;
+    int in_place = (how & CHORUS_TUNE_IN_PLACE) != 0;
+
+    *nsync_p = 2;
+    switch (chorus__arena_win_path(coll, t->nlocal, (size_t)bytes, in_place, t->arena_flat_max)) {
+    case CHORUS_ARENA_WIN_ONE_SHOT:
+        return n * ((n - 1) * bytes * red + (in_place ? bytes * cpy : 0.0));
+    case CHORUS_ARENA_WIN_TWO_SHOT:
+        *nsync_p = 3;
+        return (n - 1) * bytes * (red + cpy);
+    case CHORUS_ARENA_WIN_READ: break;
+    default: return -1.0;
+    }
+    switch (coll) {
+    case CHORUS_COLL_ALLGATHER:
+    case CHORUS_COLL_ALLTOALL: return n * n * bytes * cpy;
+    case CHORUS_COLL_BROADCAST: return n * bytes * cpy;
+    case CHORUS_COLL_REDUCE_SCATTER: return n * (n - 1) * bytes * red;
+    default: return -1.0;
+    }
+}
+
 static double tune_arena(const chorus_tune_params_t *p, const chorus_tune_topo_t *t,
-                         chorus_coll_t coll, double bytes, double gamma_scale, double mem)
+                         chorus_coll_t coll, double bytes, double gamma_scale, double mem,
+                         unsigned how)
 {
     double n = t->nlocal, share = n < t->cores ? n : t->cores, work, sync, chunks, red, cpy;
     double parts = coll == CHORUS_COLL_ALLTOALL || coll == CHORUS_COLL_REDUCE_SCATTER ? n : 1;
@@ -145,6 +185,15 @@ static double tune_arena(const chorus_tune_params_t *p, const chorus_tune_topo_t
         red = p->raw_reduce_ns * gamma_scale * mem * 1e-3;
         cpy = p->raw_copy_ns * mem * 1e-3;
         sync = p->sync_us;
+    }
+    if (how & CHORUS_TUNE_REGISTERED) {
+        /* A rank reads its peers' windows in one pass between two or three
+         * synchronisations, so even oversubscribed its copies run at the kernel rates:
+         * only the synchronisations are context switches. */
+        int nsync;
+        double w = tune_arena_windows(t, coll, bytes, p->raw_copy_ns * mem * 1e-3,
+                                      p->raw_reduce_ns * gamma_scale * mem * 1e-3, how, &nsync);
+        if (w >= 0.0) return (w + n * p->step_us) / share + nsync * sync;
     }
     chunks = t->arena_chunk_bytes > 0 ? parts * bytes / (double)t->arena_chunk_bytes : 1.0;
     if (chunks < 1.0 || parts * bytes <= (double)t->arena_flat_max) chunks = 1.0;
@@ -232,7 +281,8 @@ chorus_status_t chorus__tune_simulate_fabric(chorus_fabric_t *fab, const int *pl
 
 chorus_status_t chorus__tune_simulate(const chorus_tune_params_t *p, const chorus_tune_topo_t *topo,
                                       chorus_coll_t coll, chorus_algo_t algo, uint64_t count,
-                                      chorus_dtype_t dtype, uint64_t chunk_bytes, double *us_p)
+                                      chorus_dtype_t dtype, uint64_t chunk_bytes, unsigned how,
+                                      double *us_p)
 {
     chorus_fab_desc_t d;
     chorus_fabric_t *fab = NULL;
@@ -252,7 +302,7 @@ chorus_status_t chorus__tune_simulate(const chorus_tune_params_t *p, const choru
         double gamma_scale = dtype == CHORUS_FLOAT16 || dtype == CHORUS_BFLOAT16 ? 3.0 : 1.0;
         double bytes = (double)count * (double)esize;
         double mem = chorus__sim_cache_factor(&d, bytes, topo->nlocal);
-        double us = topo->has_arena ? tune_arena(p, topo, coll, bytes, gamma_scale, mem) : -1.0;
+        double us = topo->has_arena ? tune_arena(p, topo, coll, bytes, gamma_scale, mem, how) : -1.0;
         free(place);
         if (us < 0.0) return CHORUS_ERR_UNSUPPORTED;
         *us_p = us;

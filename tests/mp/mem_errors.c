@@ -12,7 +12,9 @@
  *   - ranks asking different sizes all get CHORUS_ERR_MISMATCH, and the communicator still
  *     works afterwards (the next alloc and an allreduce on it succeed);
  *   - chorus_mem_stats counts a collective that read every peer's window (on 2 or more
- *     ranks with the arena), and an allreduce whose buffers are not registered adds nothing.
+ *     ranks with the arena), and an allreduce whose buffers are not registered adds nothing;
+ *   - chorus_algorithm_predict_buffers costs registered buffers where the arena reads them in
+ *     place, and only there.
  *
  * Exits 0 when all held, 1 otherwise (each failure printed).
  */
@@ -93,6 +95,38 @@ int main(void)
                "an allreduce of unregistered buffers counted as single copy");
         free(s);
         free(r);
+    }
+    if (n > 1 && getenv("CHORUS_ARENA") == NULL) {
+        /* The model costs the registered paths: a registered allgather reads its peers in
+         * place (cheaper than through the slots); in place, an alltoall offers nothing and
+         * costs what a plain one does; a schedule ("ring") costs the same either way. */
+        const unsigned reg = CHORUS_PREDICT_REGISTERED, ip = CHORUS_PREDICT_IN_PLACE;
+        const size_t big = (size_t)4 << 20; /* elements */
+        double plain = -1, regd = -1, a_ip = -1, a_rip = -1, ring = -1, ring_reg = -1;
+        mp_die_on_error(chorus_algorithm_predict_buffers(comm, "allgather", "arena", big,
+                                                         CHORUS_FLOAT32, 0, &plain),
+                        comm, rank, "predict plain");
+        mp_die_on_error(chorus_algorithm_predict_buffers(comm, "allgather", "arena", big,
+                                                         CHORUS_FLOAT32, reg, &regd),
+                        comm, rank, "predict registered");
+        mp_die_on_error(chorus_algorithm_predict_buffers(comm, "alltoall", "arena", big / n,
+                                                         CHORUS_FLOAT32, ip, &a_ip),
+                        comm, rank, "predict in place");
+        mp_die_on_error(chorus_algorithm_predict_buffers(comm, "alltoall", "arena", big / n,
+                                                         CHORUS_FLOAT32, reg | ip, &a_rip),
+                        comm, rank, "predict registered in place");
+        mp_die_on_error(chorus_algorithm_predict_buffers(comm, "allgather", "ring", big,
+                                                         CHORUS_FLOAT32, 0, &ring),
+                        comm, rank, "predict ring");
+        mp_die_on_error(chorus_algorithm_predict_buffers(comm, "allgather", "ring", big,
+                                                         CHORUS_FLOAT32, reg, &ring_reg),
+                        comm, rank, "predict ring registered");
+        CHECK(regd > 0 && regd < plain, "registered allgather predicted %.1f us, plain %.1f",
+              regd, plain);
+        CHECK(a_rip == a_ip, "in-place alltoall predicted %.1f us registered, %.1f plain", a_rip,
+              a_ip);
+        CHECK(ring_reg == ring, "ring allgather predicted %.1f us registered, %.1f plain",
+              ring_reg, ring);
     }
     expect_err(rank, chorus_mem_free(comm, (char *)a + 64), CHORUS_ERR_INVALID_ARGUMENT,
                "mem_free", __LINE__);

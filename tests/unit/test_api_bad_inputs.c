@@ -536,6 +536,13 @@ static chorus_status_t tune_record_unwritable(void)
     X(ap_dtype, "algorithm_predict: dtype 42",                                                     \
       chorus_algorithm_predict(W1, "allgather", "ring", 4, (chorus_dtype_t)42, &F.out_us),         \
       INVAL, "rank 0: chorus_algorithm_predict: unknown dtype 42")                                 \
+    X(apb_flags, "algorithm_predict_buffers: unknown flag",                                      \
+      chorus_algorithm_predict_buffers(R1, "allreduce", "ring", 4, I32, 4u, &F.out_us), INVAL,      \
+      "rank 1: chorus_algorithm_predict_buffers: unknown flags 0x4")                               \
+    X(apb_null_out, "algorithm_predict_buffers: NULL us_p",                                      \
+      chorus_algorithm_predict_buffers(W1, "allgather", NULL, 4, I32, CHORUS_PREDICT_REGISTERED,    \
+                                       NULL),                                                       \
+      INVAL, "rank 0: chorus_algorithm_predict_buffers: us_p is NULL")                             \
     /* chorus_tune_record (CHORUS_TUNE_FILE points into a private temporary folder) */             \
     X(st_null_comm, "set_timeout: NULL comm", chorus_comm_set_timeout(NULL, 1.0), INVAL,           \
       "chorus_comm_set_timeout: comm is NULL")                                                     \

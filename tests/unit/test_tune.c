@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "arena/arena.h"
 #include "tune/tune.h"
 #include "util/config.h"
 
@@ -341,6 +342,111 @@ static void test_forcing(void **state)
     chorus__config_reload();
 }
 
+/* A tuner on n ranks of one host with the arena (flat path to 4 KiB, 512 KiB chunks). */
+static chorus_tune_t *make_arena_tune(int nranks, int cores)
+{
+    chorus_tune_params_t p;
+    chorus_tune_topo_t t;
+    chorus_tune_t *tune = NULL;
+
+    chorus__tune_params_default(&p);
+    memset(&t, 0, sizeof t);
+    t.nranks = t.nlocal = nranks;
+    t.nhosts = 1;
+    t.local_kind = CHORUS_TUNE_SHM;
+    t.cores = cores;
+    t.has_arena = 1;
+    t.arena_flat_max = 4096;
+    t.arena_chunk_bytes = 512u << 10;
+    assert_int_equal(chorus__tune_create_topo(&t, &p, &tune), CHORUS_SUCCESS);
+    return tune;
+}
+
+static double arena_us(chorus_tune_t *tune, chorus_coll_t coll, uint64_t bytes, unsigned how)
+{
+    double us = -1.0;
+
+    assert_int_equal(chorus__tune_predict_buffers(tune, coll, CHORUS_ALGO_ARENA, bytes / 4,
+                                                  CHORUS_FLOAT32, 0, how, &us),
+                     CHORUS_SUCCESS);
+    assert_true(us > 0.0);
+    return us;
+}
+
+/* Issue 38: the model costs the registered-window paths where the arena takes them, with
+ * the arena's own rule (chorus__arena_win_path), and the plain path elsewhere. */
+static void test_registered_windows(void **state)
+{
+    const unsigned reg = CHORUS_TUNE_REGISTERED, in_place = CHORUS_TUNE_IN_PLACE;
+    const uint64_t big = 64u << 20;
+
+    (void)state;
+    /* The rule itself. */
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, 2, big, 0, 4096),
+                     CHORUS_ARENA_WIN_ONE_SHOT);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, 4, big, 0, 4096),
+                     CHORUS_ARENA_WIN_TWO_SHOT);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, 4, 64u << 10, 0, 4096),
+                     CHORUS_ARENA_WIN_ONE_SHOT);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, 8, 256u << 10, 0, 4096),
+                     CHORUS_ARENA_WIN_TWO_SHOT);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, 4, big, 1, 4096),
+                     CHORUS_ARENA_WIN_NONE);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, 2, big, 1, 4096),
+                     CHORUS_ARENA_WIN_ONE_SHOT);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, 2, 4096, 0, 4096),
+                     CHORUS_ARENA_WIN_NONE);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_BROADCAST, 4, 64u << 10, 0, 0),
+                     CHORUS_ARENA_WIN_NONE);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_BROADCAST, 4, 256u << 10, 0, 0),
+                     CHORUS_ARENA_WIN_READ);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLTOALL, 4, big, 1, 0),
+                     CHORUS_ARENA_WIN_NONE);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_REDUCE, 4, big, 0, 0),
+                     CHORUS_ARENA_WIN_NONE);
+
+    for (int cores = 2; cores <= 8; cores += 6) { /* oversubscribed, then a core per rank */
+        chorus_tune_t *t4 = make_arena_tune(4, cores), *t2 = make_arena_tune(2, cores);
+        /* Reading in place saves the copy into the slots: every one of these is cheaper. */
+        assert_true(arena_us(t4, CHORUS_COLL_ALLGATHER, big, reg) <
+                    arena_us(t4, CHORUS_COLL_ALLGATHER, big, 0));
+        assert_true(arena_us(t4, CHORUS_COLL_ALLTOALL, big, reg) <
+                    arena_us(t4, CHORUS_COLL_ALLTOALL, big, 0));
+        assert_true(arena_us(t4, CHORUS_COLL_REDUCE_SCATTER, big, reg) <
+                    arena_us(t4, CHORUS_COLL_REDUCE_SCATTER, big, 0));
+        assert_true(arena_us(t4, CHORUS_COLL_ALLREDUCE, big, reg) <
+                    arena_us(t4, CHORUS_COLL_ALLREDUCE, big, 0));
+        assert_true(arena_us(t2, CHORUS_COLL_ALLREDUCE, 1u << 20, reg) <
+                    arena_us(t2, CHORUS_COLL_ALLREDUCE, 1u << 20, 0));
+        /* Where the arena stages anyway, the prediction is the plain one, to the bit. */
+        assert_true(arena_us(t4, CHORUS_COLL_ALLREDUCE, big, reg | in_place) ==
+                    arena_us(t4, CHORUS_COLL_ALLREDUCE, big, in_place));
+        assert_true(arena_us(t4, CHORUS_COLL_ALLTOALL, big, reg | in_place) ==
+                    arena_us(t4, CHORUS_COLL_ALLTOALL, big, in_place));
+        assert_true(arena_us(t4, CHORUS_COLL_BROADCAST, 64u << 10, reg) ==
+                    arena_us(t4, CHORUS_COLL_BROADCAST, 64u << 10, 0));
+        assert_true(arena_us(t4, CHORUS_COLL_REDUCE, big, reg) ==
+                    arena_us(t4, CHORUS_COLL_REDUCE, big, 0));
+        assert_true(arena_us(t4, CHORUS_COLL_ALLREDUCE, 4096, reg) ==
+                    arena_us(t4, CHORUS_COLL_ALLREDUCE, 4096, 0));
+        /* Two ranks in place from 16 MiB: one-shot in chunks, copied back, so dearer than
+         * out of place. */
+        assert_true(arena_us(t2, CHORUS_COLL_ALLREDUCE, big, reg | in_place) >
+                    arena_us(t2, CHORUS_COLL_ALLREDUCE, big, reg));
+        /* CHORUS_WIN_ONESHOT_MAX moves 4 ranks at 64 MiB to one-shot, which reads all four
+         * vectors on every rank: dearer than two-shot. */
+        double two_shot = arena_us(t4, CHORUS_COLL_ALLREDUCE, big, reg);
+        setenv("CHORUS_WIN_ONESHOT_MAX", "1G", 1);
+        chorus__config_reload();
+        assert_true(arena_us(t4, CHORUS_COLL_ALLREDUCE, big, reg) > two_shot);
+        unsetenv("CHORUS_WIN_ONESHOT_MAX");
+        chorus__config_reload();
+        assert_true(arena_us(t4, CHORUS_COLL_ALLREDUCE, big, reg) == two_shot);
+        chorus__tune_destroy(t4);
+        chorus__tune_destroy(t2);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_decision_cache),
         cmocka_unit_test(test_forcing),
         cmocka_unit_test(test_large_sizes_linear),
+        cmocka_unit_test(test_registered_windows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
