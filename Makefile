@@ -308,6 +308,8 @@ $(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/*.cuh kernels/*.h) lib/gpu/gpu.h $(
 	$(NVCC) $(NVCCFLAGS) -Iinclude -Ilib -Ikernels -c $< -o $@
 
 $(PLUGIN_OBJS): CPPFLAGS += -I$(CUDA_HOME)/include
+# Only chorus_gpu_plugin leaves the plugin: the helpers its files share stay inside.
+$(PLUGIN_OBJS): CFLAGS += -fvisibility=hidden
 
 # cudart is linked statically (as NCCL does) and the driver API is reached through
 # cudaGetDriverEntryPointByVersion, so the plugin loads even where there is no driver.

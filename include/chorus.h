@@ -258,6 +258,18 @@ chorus_status_t chorus_mem_alloc(chorus_comm_t comm, size_t bytes, void **ptr_p)
  * left. */
 chorus_status_t chorus_mem_free(chorus_comm_t comm, void *ptr);
 
+/* Registered device memory (as NCCL's ncclMemAlloc, over the CUDA virtual memory API):
+ * collective over comm like chorus_mem_alloc, every rank with the same bytes, each on the
+ * device current on its calling thread. Each rank gets device memory of at least bytes
+ * (rounded up to the allocation granularity, 2 MiB on current GPUs) that every other rank
+ * of its host has mapped into its own device address space, exchanged as file descriptors
+ * over Unix sockets and authenticated with the job secret; it stays valid for a peer that
+ * reads it after its owner died. chorus_mem_free frees it (collective). Device collectives
+ * accept it as any device buffer. CHORUS_ERR_UNSUPPORTED without a GPU, or where the device
+ * cannot share memory as POSIX file descriptors; CHORUS_ERR_MISMATCH when the ranks ask
+ * different sizes. On a communicator that spans hosts the memory is this rank's alone. */
+chorus_status_t chorus_mem_alloc_device(chorus_comm_t comm, size_t bytes, void **ptr_p);
+
 /* Since comm was made, on this rank: how many collectives read every peer's data straight
  * from its registered buffer (no copy through the shared arena), and how many bytes this
  * rank read from its peers' registered buffers (in those calls and in calls where only some

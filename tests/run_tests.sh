@@ -694,6 +694,28 @@ run_gpu() {
             CHORUS_FAKE_GPU_DELAY_US=20 CHORUS_TIMEOUT=20 \
             "$CHORUSRUN" -n "$n" --timeout 150 -- "$BUILD/tests/gpu_ipc_arena"
     done
+    # Registered device memory (chorus_mem_alloc_device, issue 38): windows mapped by every
+    # peer through descriptors passed over Unix sockets, a stranger's forgeries dropped, bad
+    # input; a device without shareable memory; a window read after its owner exited.
+    for n in 3 $(full && echo 2 4); do
+        run_test "gpu/dev_win fake n=$n" env CHORUS_CUDA_PLUGIN="$fake" CHORUS_TIMEOUT=20 \
+            "$CHORUSRUN" -n "$n" --timeout 60 -- "$BUILD/tests/gpu_dev_win"
+    done
+    # The device matrix with every rank's buffers in windows (the peers read in place), then
+    # with the odd ranks' only (calls that mix both).
+    for wn in all:3 $(full && echo odd:4); do
+        run_test "gpu/coll_matrix fake n=${wn#*:} path=ipc CHORUS_TEST_DEV_WIN=${wn%:*}" env \
+            CHORUS_CUDA_PLUGIN="$fake" CHORUS_FAKE_GPU_DELAY_US=50 CHORUS_GPU_PATH=ipc \
+            CHORUS_GPU_IPC_CHUNK=16K CHORUS_TEST_DEV_WIN="${wn%:*}" CHORUS_TIMEOUT=20 \
+            "$CHORUSRUN" -n "${wn#*:}" --timeout 150 -- "$gm" --large 20000 \
+            --large-colls allreduce,allgather,broadcast,alltoall
+    done
+    run_test "gpu/dev_win fake n=2 --unsupported" env CHORUS_CUDA_PLUGIN="$fake" \
+        CHORUS_FAKE_GPU_VMM=0 CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 2 --timeout 60 -- \
+        "$BUILD/tests/gpu_dev_win" --unsupported
+    run_test "gpu/dev_win fake n=3 --owner-dies" env CHORUS_CUDA_PLUGIN="$fake" \
+        CHORUS_TIMEOUT=20 "$CHORUSRUN" -n 3 --timeout 60 -- "$BUILD/tests/gpu_dev_win" \
+        --owner-dies
     run_test "gpu/coll_matrix fake n=1" env CHORUS_CUDA_PLUGIN="$fake" CHORUS_TIMEOUT=20 \
         "$CHORUSRUN" -n 1 --timeout 60 -- "$gm" --large 0
     for path in staging ipc; do
@@ -722,6 +744,8 @@ run_gpu() {
     done
     # The default plugin lookup (libchorus-cuda.so beside the library): a GPU here runs
     # the matrix for real; elsewhere it says why it skipped.
+    run_test "gpu/dev_win real plugin n=2" env -u CHORUS_CUDA_PLUGIN CHORUS_TIMEOUT=20 \
+        "$CHORUSRUN" -n 2 --timeout 60 -- "$BUILD/tests/gpu_dev_win"
     run_test "gpu/coll_matrix real plugin n=2" env -u CHORUS_CUDA_PLUGIN CHORUS_TIMEOUT=20 \
         "$CHORUSRUN" -n 2 --timeout 150 -- "$gm" --large 0
     # Plugins broken on purpose (tests/gpu/broken, issue 36): every GPU test must fail on

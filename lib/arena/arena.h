@@ -157,6 +157,14 @@ chorus_status_t chorus__arena_step(chorus_arena_t *arena, chorus_coll_t coll, ui
                                    chorus_dtype_t dtype, chorus_op_t op, uint64_t opno,
                                    const char *what);
 
+/* chorus__arena_step that also publishes a 64-bit offer with the step (registered device
+ * windows: where this rank's buffer lies, 0 for none) and returns every local rank's in
+ * offers[0..n) once all have published. */
+chorus_status_t chorus__arena_step_offer(chorus_arena_t *arena, chorus_coll_t coll,
+                                         uint64_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                         uint64_t opno, uint64_t offer, uint64_t *offers,
+                                         const char *what);
+
 /* Publishes the collective this rank is about to run: its number on the comm (every rank's
  * k-th collective has the same), what it is, and whether it runs on the arena (on_arena) or
  * on a schedule over the transports. A rank on one path never sees the other path's

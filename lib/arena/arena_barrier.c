@@ -23,9 +23,9 @@
 
 #include <stdio.h>
 
-chorus_status_t chorus__arena_step(chorus_arena_t *arena, chorus_coll_t coll, uint64_t count,
-                                   chorus_dtype_t dtype, chorus_op_t op, uint64_t opno,
-                                   const char *what)
+static chorus_status_t arena_step(chorus_arena_t *arena, chorus_coll_t coll, uint64_t count,
+                                  chorus_dtype_t dtype, chorus_op_t op, uint64_t opno,
+                                  uint64_t offer, uint64_t *offers, const char *what)
 {
     arena_sig_t *s;
     chorus_status_t status;
@@ -45,11 +45,31 @@ chorus_status_t chorus__arena_step(chorus_arena_t *arena, chorus_coll_t coll, ui
     s->dtype = (uint8_t)dtype;
     s->op = (uint8_t)op;
     s->valid = 1;
+    /* The offer line follows the signature's parity rule: written for operation k + 2 only
+     * after every rank published k + 1, which each did after reading operation k's. */
+    arena->ctl[arena->me].offer[par][0] = offer;
     /* The publication (store-release) makes the signature visible with the step. */
     arena__publish(arena, arena->step + 1);
     status = arena__wait_all(arena, arena->step, what);
-    if (status != CHORUS_SUCCESS) return status;
-    return arena__check_sigs(arena, par, what);
+    if (status == CHORUS_SUCCESS) status = arena__check_sigs(arena, par, what);
+    if (status == CHORUS_SUCCESS && offers != NULL)
+        for (int r = 0; r < arena->n; r++) offers[r] = arena->ctl[r].offer[par][0];
+    return status;
+}
+
+chorus_status_t chorus__arena_step(chorus_arena_t *arena, chorus_coll_t coll, uint64_t count,
+                                   chorus_dtype_t dtype, chorus_op_t op, uint64_t opno,
+                                   const char *what)
+{
+    return arena_step(arena, coll, count, dtype, op, opno, 0, NULL, what);
+}
+
+chorus_status_t chorus__arena_step_offer(chorus_arena_t *arena, chorus_coll_t coll,
+                                         uint64_t count, chorus_dtype_t dtype, chorus_op_t op,
+                                         uint64_t opno, uint64_t offer, uint64_t *offers,
+                                         const char *what)
+{
+    return arena_step(arena, coll, count, dtype, op, opno, offer, offers, what);
 }
 
 chorus_status_t chorus__arena_fail(chorus_arena_t *arena, chorus_status_t status)

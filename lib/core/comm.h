@@ -76,6 +76,8 @@ struct chorus_comm {
      * memory, kept so that chorus_mem_free can check its argument. */
     struct chorus_mem_block *mem_blocks;
     int nmem_blocks, mem_blocks_cap;
+    /* chorus_mem_alloc_device's windows (lib/gpu/dev_win.c), made at the first call. */
+    struct chorus_dev_wins *dev_wins;
     /* chorus_comm_register's live handles, newest first (lib/core/mem.c). */
     struct chorus_comm_reg *regs;
     /* The cost model of lib/tune (opaque here). */

@@ -210,7 +210,8 @@ static chorus_status_t gpu_run_coll(chorus_gpu_comm_t *g, const chorus_coll_call
     if (g->path == GPU_PATH_STAGING || chorus__coll_exact_divisor(comm, call) > 0)
         return chorus__gpu_staging_coll(g, call, what);
     status = chorus__ipc_arena_run(g->ipc, call->coll, call->sendbuf, call->recvbuf, call->count,
-                                   call->dtype, call->op, call->root, comm->exec.coll_seq, what);
+                                   call->dtype, call->op, call->root, comm->exec.coll_seq,
+                                   comm->dev_wins, what);
     if (status != CHORUS_SUCCESS) return chorus__error_context(status, "rank %d", comm->rank);
     return CHORUS_SUCCESS;
 }

@@ -16,6 +16,8 @@
 #include "arena/arena.h"
 #include "core/async.h"
 #include "core/gpu_coll.h"
+#include "gpu/dev_win.h"
+#include "gpu/gpu.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -128,6 +130,43 @@ chorus_status_t chorus_mem_alloc(chorus_comm_t comm, size_t bytes, void **ptr_p)
                                    bytes, ptr_p);
 }
 
+chorus_status_t chorus_mem_alloc_device(chorus_comm_t comm, size_t bytes, void **ptr_p)
+{
+    const chorus_gpu_ops_t *gpu;
+
+    chorus__error_clear();
+    if (comm == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "mem_alloc_device: comm is NULL");
+    if (ptr_p == NULL)
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: mem_alloc_device: ptr_p is "
+                             "NULL", comm->rank);
+    if (bytes == 0 || bytes > ((size_t)1 << 40))
+        return chorus__error(CHORUS_ERR_INVALID_ARGUMENT,
+                             "rank %d: mem_alloc_device: %zu bytes (1 to 2^40)", comm->rank, bytes);
+    *ptr_p = NULL;
+    gpu = chorus__gpu();
+    if (gpu == NULL) return chorus__gpu_unavailable("rank %d: mem_alloc_device", comm->rank);
+    chorus__comm_quiesce(comm);
+    if (comm->dev_wins == NULL) {
+        /* One host: every rank maps every other's window. Across hosts: private memory. */
+        int one_host = comm->nhosts <= 1;
+        chorus_dev_win_params_t p = {
+            .gpu = gpu,
+            .rank = comm->rank,
+            .nlocal = one_host ? comm->nranks : 1,
+            .local_index = one_host ? comm->rank : 0,
+            .local_ranks = NULL, /* one host: local index == rank */
+            .bs = one_host && comm->nranks > 1 ? comm->bs : NULL,
+            .secret = chorus__bootstrap_id_info(comm->bs)->secret,
+            .comm_id = comm->comm_id,
+            .timeout_s = comm->timeout_s,
+        };
+        chorus_status_t status = chorus__dev_wins_create(&p, &comm->dev_wins);
+        if (status != CHORUS_SUCCESS) return status;
+    }
+    return chorus__dev_win_alloc(comm->dev_wins, bytes, ptr_p);
+}
+
 chorus_status_t chorus_mem_free(chorus_comm_t comm, void *ptr)
 {
     chorus__error_clear();
@@ -139,6 +178,10 @@ chorus_status_t chorus_mem_free(chorus_comm_t comm, void *ptr)
         return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "rank %d: mem_free: %d nonblocking "
                              "operation(s) in flight on this communicator may use %p: wait for "
                              "them first", comm->rank, chorus__async_inflight(comm), ptr);
+    if (chorus__dev_win_owns(comm->dev_wins, ptr)) {
+        chorus__comm_quiesce(comm); /* device calls queued on the proxy may read it */
+        return chorus__dev_win_free(comm->dev_wins, ptr);
+    }
     if (comm->arena != NULL) return chorus__arena_win_free(comm->arena, comm->bs, ptr);
     for (int i = 0; i < comm->nmem_blocks; i++) {
         if (comm->mem_blocks[i].ptr != ptr) continue;
@@ -154,13 +197,14 @@ chorus_status_t chorus_mem_free(chorus_comm_t comm, void *ptr)
 chorus_status_t chorus_mem_stats(chorus_comm_t comm, uint64_t *single_copy_calls_p,
                                  uint64_t *window_bytes_p)
 {
-    uint64_t calls, bytes;
+    uint64_t calls, bytes, dcalls, dbytes;
 
     chorus__error_clear();
     if (comm == NULL) return chorus__error(CHORUS_ERR_INVALID_ARGUMENT, "mem_stats: comm is NULL");
     chorus__arena_win_stats(comm->arena, &calls, &bytes);
-    if (single_copy_calls_p != NULL) *single_copy_calls_p = calls;
-    if (window_bytes_p != NULL) *window_bytes_p = bytes;
+    chorus__dev_win_stats(comm->dev_wins, &dcalls, &dbytes);
+    if (single_copy_calls_p != NULL) *single_copy_calls_p = calls + dcalls;
+    if (window_bytes_p != NULL) *window_bytes_p = bytes + dbytes;
     return CHORUS_SUCCESS;
 }
 
@@ -224,6 +268,8 @@ chorus_status_t chorus_comm_deregister(chorus_comm_t comm, chorus_comm_reg_t han
 
 void chorus__mem_release(chorus_comm_t comm)
 {
+    chorus__dev_wins_destroy(comm->dev_wins);
+    comm->dev_wins = NULL;
     while (comm->regs != NULL) {
         struct chorus_comm_reg *reg = comm->regs;
         comm->regs = reg->next;

@@ -39,9 +39,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: pci_bus_id and dmabuf_export appended. A plugin answers only the version it was built
- * for, so a table never has fewer fields than the library reads. */
-#define CHORUS_GPU_ABI_VERSION 2
+/* 2: pci_bus_id and dmabuf_export appended; 3: the vmm_* calls and multicast_supported.
+ * A plugin answers only the version it was built for, so a table never has fewer fields
+ * than the library reads. */
+#define CHORUS_GPU_ABI_VERSION 3
 #define CHORUS_GPU_IPC_HANDLE_BYTES 64 /* == sizeof(cudaIpcMemHandle_t) */
 
 /* The symbol every plugin exports: `const chorus_gpu_ops_t *chorus_gpu_plugin(int abi)`,
@@ -123,6 +124,26 @@ typedef struct chorus_gpu_ops {
      * be NULL. */
     chorus_status_t (*dmabuf_export)(const void *p, size_t bytes, int *fd_p,
                                      uint64_t *offset_p);
+
+    /* Shareable device memory (the CUDA virtual memory API, cuMem*: registered device
+     * memory, chorus_mem_alloc_device). vmm_alloc: bytes of physical memory on the current
+     * device (cuMemCreate, rounded up to the allocation granularity: *granted_p), mapped at
+     * *p with read-write access for that device, and a POSIX file descriptor that stands
+     * for it (cuMemExportToShareableHandle), which the caller passes to its peers (over a
+     * Unix socket: SCM_RIGHTS) and closes. fd_p may be NULL: the memory is then not
+     * exported. vmm_import: maps such a descriptor, received from another process of the
+     * host, for the current device (cuMemImportFromShareableHandle); bytes must be the
+     * granted size; the caller still closes fd. vmm_free: unmaps a pointer from either
+     * (the memory goes when the last process unmaps it, so a peer that dies leaves its
+     * readers valid memory). CHORUS_ERR_UNSUPPORTED where the device or driver cannot
+     * export POSIX descriptors. May be NULL (a plugin without them). */
+    chorus_status_t (*vmm_alloc)(size_t bytes, void **p, size_t *granted_p, int *fd_p);
+    chorus_status_t (*vmm_import)(int fd, size_t bytes, void **p);
+    chorus_status_t (*vmm_free)(void *p);
+    /* *yes_p = 1 when device can join a multicast object (NVSwitch multicast and in-switch
+     * reduction: CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED), for collectives on registered
+     * device memory that reduce in the switch. May be NULL. */
+    chorus_status_t (*multicast_supported)(int device, int *yes_p);
 } chorus_gpu_ops_t;
 
 typedef const chorus_gpu_ops_t *(*chorus_gpu_plugin_fn)(int abi_version);

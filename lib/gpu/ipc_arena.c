@@ -22,6 +22,8 @@
  */
 #include "gpu/ipc_arena.h"
 
+#include "gpu/dev_win.h"
+
 #include "bootstrap/bootstrap.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -56,6 +58,7 @@ struct chorus_ipc_arena {
     uint8_t *slot;     /* mine, from malloc_device */
     uint8_t **peer;    /* every rank's slot as seen here; peer[me] == slot */
     const void **srcs; /* n source pointers for the reduce (no allocation per call) */
+    uint64_t *offers;  /* n: the peers' window offers of one call (ipc_win) */
     size_t half;       /* bytes of one half of a slot */
     size_t ar_in;      /* allreduce: input bytes of a half; the result area follows */
     uint64_t g;        /* chunks run, all operations together: the half in use */
@@ -394,6 +397,140 @@ static chorus_status_t ipc_reduce_root(chorus_ipc_arena_t *a, const ipc_job_t *j
     return status == CHORUS_SUCCESS ? ipc_sync(a, j) : status;
 }
 
+/* ---- Registered device windows (chorus_mem_alloc_device, lib/gpu/dev_win.c) ---- */
+
+/* One-shot allreduce from the peers' windows up to this many bytes: every rank reads all n
+ * vectors, which beyond it costs more than the slot path's reduce of a 1/n slice. */
+#define IPC_WIN_ONESHOT_MAX ((size_t)1 << 20)
+/* An offer: the window number + 1 in the top 24 bits, the offset below. */
+#define IPC_OFFER(id, off) ((((uint64_t)(id) + 1) << 40) | (uint64_t)(off))
+#define IPC_OFFER_OFF_MAX (((uint64_t)1 << 40) - 1)
+
+/* Whether the call may read its peers' windows: from the signature alone, so every rank
+ * takes the same steps (in place, a rank offers nothing where its own writes would land in
+ * what its peers read). */
+static int ipc_win_applies(const ipc_job_t *j)
+{
+    switch (j->coll) {
+    case CHORUS_COLL_ALLGATHER:
+    case CHORUS_COLL_BROADCAST:
+    case CHORUS_COLL_ALLTOALL: return 1;
+    case CHORUS_COLL_ALLREDUCE: return j->count * j->esize <= IPC_WIN_ONESHOT_MAX;
+    default: return 0;
+    }
+}
+
+/* The bytes of this rank's send buffer that peers read. */
+static size_t ipc_win_send_bytes(const chorus_ipc_arena_t *a, const ipc_job_t *j)
+{
+    size_t b = j->count * j->esize;
+    return j->coll == CHORUS_COLL_ALLTOALL ? b * (size_t)a->n : b;
+}
+
+static uint64_t ipc_win_offer(const chorus_ipc_arena_t *a, const ipc_job_t *j,
+                              const chorus_dev_wins_t *wins)
+{
+    uint32_t id;
+    uint64_t off;
+    int in_place = j->send == j->recv;
+
+    if (j->coll == CHORUS_COLL_BROADCAST && j->root != a->me) return 0;
+    if (in_place && (j->coll == CHORUS_COLL_ALLTOALL || j->coll == CHORUS_COLL_ALLREDUCE))
+        return 0;
+    if (!chorus__dev_win_find(wins, j->send, ipc_win_send_bytes(a, j), &id, &off) ||
+        off > IPC_OFFER_OFF_MAX)
+        return 0;
+    return IPC_OFFER(id, off);
+}
+
+/* Where local rank r's offer v of bytes is mapped here, or NULL. */
+static const uint8_t *ipc_win_src(const chorus_dev_wins_t *wins, int r, uint64_t v, size_t bytes)
+{
+    if (v == 0) return NULL;
+    return chorus__dev_win_at(wins, (uint32_t)((v >> 40) - 1), r, v & IPC_OFFER_OFF_MAX, bytes);
+}
+
+/* The copies (or the one-shot reduce) of a call whose peers all offered their buffers. */
+static chorus_status_t ipc_win_move(chorus_ipc_arena_t *a, const ipc_job_t *j, uint64_t *read_p)
+{
+    size_t b = j->count * j->esize;
+    chorus_status_t status = CHORUS_SUCCESS;
+
+    switch (j->coll) {
+    case CHORUS_COLL_ALLGATHER:
+    case CHORUS_COLL_ALLTOALL:
+        for (int r = 0; r < a->n && status == CHORUS_SUCCESS; r++) {
+            const uint8_t *src = (const uint8_t *)a->srcs[r];
+            if (j->coll == CHORUS_COLL_ALLTOALL) src += (size_t)a->me * b;
+            if (j->coll == CHORUS_COLL_ALLGATHER && j->send == j->recv + (size_t)r * b) continue;
+            status = ipc_copy(a, j, j->recv + (size_t)r * b, src, b);
+            if (r != a->me) *read_p += b;
+        }
+        return status;
+    case CHORUS_COLL_BROADCAST:
+        if (j->root != a->me) {
+            *read_p += b;
+            return ipc_copy(a, j, j->recv, a->srcs[j->root], b);
+        }
+        return j->recv != j->send ? ipc_copy(a, j, j->recv, j->send, b) : CHORUS_SUCCESS;
+    case CHORUS_COLL_ALLREDUCE:
+        *read_p += (uint64_t)(a->n - 1) * b;
+        status = ipc_reduce(a, j, j->recv, a->srcs, a->n, j->count);
+        return status == CHORUS_SUCCESS ? ipc_divide(a, j, j->recv, j->count) : status;
+    default: return chorus__error(CHORUS_ERR_INTERNAL, "rank %d: ipc arena: %s: no window path",
+                                  a->rank, j->what);
+    }
+}
+
+/* The call straight from the peers' windows when every rank it reads offered its send
+ * buffer: a first step publishes the offers; then each rank copies or reduces from the peers' windows
+ * into its receive buffer, and a last step, once its stream has finished reading, lets every
+ * owner's caller reuse its buffer. Returns 1 with *status_p when it ran the call (or
+ * failed), 0 when the slot path must run it: every rank reaches the same answer from the
+ * same offers. */
+static int ipc_win(chorus_ipc_arena_t *a, const ipc_job_t *j, chorus_dev_wins_t *wins,
+                   chorus_status_t *status_p)
+{
+    size_t peer_bytes = ipc_win_send_bytes(a, j);
+    uint64_t offer, read = 0;
+    chorus_status_t status;
+    int all = 1;
+
+    if (chorus__dev_win_count(wins) == 0 || !ipc_win_applies(j)) return 0;
+    offer = ipc_win_offer(a, j, wins);
+    /* The send buffer is complete: the proxy waited for the caller's stream before the call
+     * (gpu_coll.c), and nothing of this call has written it. */
+    status = chorus__arena_step_offer(a->host, j->coll, j->count, j->dtype, j->op, j->opno,
+                                      offer, a->offers, j->what);
+    if (status != CHORUS_SUCCESS) {
+        *status_p = status;
+        return 1;
+    }
+    for (int r = 0; r < a->n; r++) {
+        if (j->coll == CHORUS_COLL_BROADCAST && r != j->root) continue;
+        if (a->offers[r] == 0) all = 0;
+    }
+    if (!all) return 0;
+    for (int r = 0; r < a->n; r++) {
+        a->srcs[r] = NULL;
+        if (j->coll == CHORUS_COLL_BROADCAST && r != j->root) continue;
+        a->srcs[r] = r == a->me ? j->send : ipc_win_src(wins, r, a->offers[r], peer_bytes);
+        if (a->srcs[r] == NULL) {
+            *status_p = chorus__arena_fail(a->host, chorus__error(CHORUS_ERR_REMOTE, "rank %d: "
+                                           "ipc arena: %s: rank %d names a device window this "
+                                           "rank does not have", a->rank, j->what, r));
+            return 1;
+        }
+    }
+    status = ipc_win_move(a, j, &read);
+    if (status == CHORUS_SUCCESS) status = ipc_sync(a, j);
+    if (status == CHORUS_SUCCESS)
+        status = chorus__arena_step(a->host, j->coll, j->count, j->dtype, j->op, j->opno, j->what);
+    if (status == CHORUS_SUCCESS) chorus__dev_win_note(wins, read);
+    *status_p = status;
+    return 1;
+}
+
 /* ---- Entry points ---- */
 
 static chorus_status_t ipc_check_call(const chorus_ipc_arena_t *a, const ipc_job_t *j)
@@ -422,7 +559,7 @@ static chorus_status_t ipc_check_call(const chorus_ipc_arena_t *a, const ipc_job
 chorus_status_t chorus__ipc_arena_run(chorus_ipc_arena_t *arena, chorus_coll_t coll,
                                       const void *sendbuf, void *recvbuf, size_t count,
                                       chorus_dtype_t dtype, chorus_op_t op, int root,
-                                      uint64_t opno, const char *what)
+                                      uint64_t opno, chorus_dev_wins_t *wins, const char *what)
 {
     int reduces = coll == CHORUS_COLL_ALLREDUCE || coll == CHORUS_COLL_REDUCE_SCATTER ||
                   coll == CHORUS_COLL_REDUCE;
@@ -438,6 +575,7 @@ chorus_status_t chorus__ipc_arena_run(chorus_ipc_arena_t *arena, chorus_coll_t c
     status = ipc_check_call(arena, &j);
     if (status != CHORUS_SUCCESS) return chorus__arena_fail(arena->host, status);
     chorus__arena_wait_settings(arena->host, &arena->timeout_s, &arena->abort_flag, &arena->wait);
+    if (ipc_win(arena, &j, wins, &status)) return status;
     switch (coll) {
     case CHORUS_COLL_ALLREDUCE: return ipc_allreduce(arena, &j);
     case CHORUS_COLL_ALLGATHER: return ipc_allgather(arena, &j);
@@ -485,7 +623,8 @@ static chorus_status_t ipc_setup_local(chorus_ipc_arena_t *a, const chorus_ipc_a
 
     a->peer = calloc((size_t)a->n, sizeof *a->peer);
     a->srcs = calloc((size_t)a->n, sizeof *a->srcs);
-    if (a->peer == NULL || a->srcs == NULL)
+    a->offers = calloc((size_t)a->n, sizeof *a->offers);
+    if (a->peer == NULL || a->srcs == NULL || a->offers == NULL)
         return chorus__error(CHORUS_ERR_NO_MEMORY, "rank %d: ipc arena: no memory", a->rank);
     status = a->gpu->set_device(p->device);
     if (status != CHORUS_SUCCESS)
@@ -642,6 +781,7 @@ static void ipc_release(chorus_ipc_arena_t *arena, struct chorus_bootstrap *bs)
     }
     free(arena->peer);
     free(arena->srcs);
+    free(arena->offers);
     free(arena);
 }
 

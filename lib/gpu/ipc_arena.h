@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 typedef struct chorus_ipc_arena chorus_ipc_arena_t;
+struct chorus_dev_wins;
 
 typedef struct {
     int rank;                    /* rank in the comm (for messages) */
@@ -56,10 +57,14 @@ void chorus__ipc_arena_destroy(chorus_ipc_arena_t *arena);
  * memory of this rank's device (validated; count > 0; recvbuf may be NULL on non-roots of
  * reduce and sendbuf on non-roots of broadcast). op may be AVG (divided on the device).
  * Returns when the result is in recvbuf (the proxy's stream has finished it). opno numbers
- * the comm's operations (the signature); what names it for messages ("allreduce #12"). */
+ * the comm's operations (the signature); what names it for messages ("allreduce #12").
+ * wins (may be NULL): the comm's registered device windows; allgather, broadcast, alltoall
+ * and allreduce up to 1 MiB read their peers' send buffers there, with no copy through the
+ * slots, when every rank they read has its send buffer in one. */
 chorus_status_t chorus__ipc_arena_run(chorus_ipc_arena_t *arena, chorus_coll_t coll,
                                       const void *sendbuf, void *recvbuf, size_t count,
                                       chorus_dtype_t dtype, chorus_op_t op, int root,
-                                      uint64_t opno, const char *what);
+                                      uint64_t opno, struct chorus_dev_wins *wins,
+                                      const char *what);
 
 #endif

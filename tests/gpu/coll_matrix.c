@@ -25,6 +25,10 @@
  * --host-vs-device, that an allreduce on host memory against the same on device memory
  * does.
  *
+ * With CHORUS_TEST_DEV_WIN=all (or odd), the device buffers lie in registered device windows
+ * (chorus_mem_alloc_device) on every rank (or the odd ones), and with all the run fails if
+ * no call read its peers' windows.
+ *
  *   chorusrun -n 4 -- gpu_coll_matrix [--mismatch|--host-vs-device] [mp_coll_matrix options]
  *
  * Prints "skipped: no CUDA device" and exits 77 when there is no GPU; exits 1 with the
@@ -94,9 +98,29 @@ static void gt_die(chorus_status_t st, const char *what)
 static void *g_dev[2];
 static size_t g_dev_bytes[2];
 
+/* CHORUS_TEST_DEV_WIN=all|odd: the device buffers of every rank (or of the odd ranks, so
+ * that calls mix registered and plain buffers) lie in two registered device windows
+ * (chorus_mem_alloc_device), made at the first device call; sizes past them take plain
+ * device memory. g_win_calls: chorus_mem_stats' count after the last call. */
+#define GT_WIN_BYTES ((size_t)16 << 20)
+static int g_win_mode; /* 0 none, 1 all, 2 odd */
+static void *g_win[2];
+static uint64_t g_win_calls;
+
+static void gt_win_setup(chorus_comm_t comm, int rank)
+{
+    static int done;
+    if (done || g_win_mode == 0) return;
+    done = 1;
+    for (int i = 0; i < 2; i++)
+        gt_die(chorus_mem_alloc_device(comm, GT_WIN_BYTES, &g_win[i]), "mem_alloc_device");
+    if (g_win_mode == 2 && rank % 2 == 0) g_win[0] = g_win[1] = NULL;
+}
+
 static void *gt_dev(int i, size_t bytes)
 {
     if (bytes == 0) bytes = 1;
+    if (g_win[i] != NULL && bytes <= GT_WIN_BYTES) return g_win[i];
     if (bytes > g_dev_bytes[i]) {
         if (g_dev[i] != NULL) gt_die(G->free_device(g_dev[i]), "free_device");
         gt_die(G->malloc_device(&g_dev[i], bytes), "malloc_device");
@@ -131,6 +155,7 @@ static chorus_status_t gt_coll(int coll, const void *s, void *r, size_t count, c
     chorus_comm_size(comm, &n);
     if (!gt_is_test_buf(s) && !gt_is_test_buf(r))
         return gt_real(coll, s, r, count, dt, op, root, comm, NULL);
+    gt_win_setup(comm, rank);
     size_t bytes = count * mp_dtype_size(dt), total = bytes * (size_t)n;
     /* Count 0 on device buffers: accepted, counted, nothing queued. */
     if (count == 0)
@@ -161,6 +186,7 @@ static chorus_status_t gt_coll(int coll, const void *s, void *r, size_t count, c
     }
     chorus_status_t st = gt_real(coll, sb > 0 ? ds : NULL, rb > 0 ? dr : NULL, count, dt, op,
                                  root, comm, g_stream);
+    if (g_win_mode != 0) gt_die(chorus_mem_stats(comm, &g_win_calls, NULL), "mem_stats");
     if (st == CHORUS_SUCCESS) {
         if (rb > 0) gt_die(G->memcpy_async(hr, dr, rb, g_stream), "read recvbuf");
         /* The send buffer comes back too, so the matrix sees whether it was modified. */
@@ -652,5 +678,20 @@ int main(int argc, char **argv)
     gt_die(G->stream_create(&g_stream), "stream_create");
     if (argc > 1 && strcmp(argv[1], "--mismatch") == 0) return gt_mismatch();
     if (argc > 1 && strcmp(argv[1], "--host-vs-device") == 0) return gt_host_vs_device();
-    return mp_coll_matrix_main(argc, argv);
+    const char *w = getenv("CHORUS_TEST_DEV_WIN");
+    g_win_mode = w == NULL ? 0 : strcmp(w, "all") == 0 ? 1 : strcmp(w, "odd") == 0 ? 2 : -1;
+    if (g_win_mode < 0) {
+        fprintf(stderr, "CHORUS_TEST_DEV_WIN=%s: all or odd\n", w);
+        return 2;
+    }
+    int rc = mp_coll_matrix_main(argc, argv);
+    /* Every rank's buffers in windows: some calls must have read the peers' in place. */
+    if (rc == 0 && g_win_mode == 1 && g_win_calls == 0 && getenv("CHORUS_WORLD_SIZE") != NULL &&
+        atoi(getenv("CHORUS_WORLD_SIZE")) > 1) {
+        printf("FAIL: CHORUS_TEST_DEV_WIN=all, yet no device call read its peers' windows\n");
+        return 1;
+    }
+    if (g_win_mode != 0) printf("device calls that read peers' windows: %llu\n",
+                                (unsigned long long)g_win_calls);
+    return rc;
 }

@@ -313,7 +313,7 @@ static void run_case(ctx_t *c, const tcase_t *k)
              (unsigned long long)++c->opno);
     st = chorus__ipc_arena_run(c->ipc, k->coll, sendbuf, recvbuf, k->count, k->dt,
                                k->op == RAW ? CHORUS_SUM : (chorus_op_t)k->op, k->root, c->opno,
-                               what);
+                               NULL, what);
     die(c, st, what);
     c->cases++;
     if (recvbuf != NULL) {
@@ -420,10 +420,10 @@ static void run_mismatch(ctx_t *c, int host)
                                      "allreduce #1");
     else if (c->rank == 0 || host)
         st = chorus__ipc_arena_run(ipc, CHORUS_COLL_ALLREDUCE, dbuf, (float *)dbuf + 16, 16,
-                                   CHORUS_FLOAT32, CHORUS_SUM, 0, 1, "allreduce #1");
+                                   CHORUS_FLOAT32, CHORUS_SUM, 0, 1, NULL, "allreduce #1");
     else
         st = chorus__ipc_arena_run(ipc, CHORUS_COLL_BROADCAST, dbuf, dbuf, 16, CHORUS_FLOAT32,
-                                   CHORUS_SUM, 0, 1, "broadcast #1");
+                                   CHORUS_SUM, 0, 1, NULL, "broadcast #1");
     c->cases++;
     if (st != CHORUS_ERR_MISMATCH)
         fail(c, &k, "got %s (%s), expected a mismatch", chorus_status_string(st),

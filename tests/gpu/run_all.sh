@@ -2,7 +2,8 @@
 # Every GPU check of Chorus, for a machine with a CUDA device, in under 8 minutes: builds
 # the library, the CUDA plugin and the GPU tests; prints the device; runs the kernel check
 # and benchmark (sum vs copy bandwidth, acceptance 3 of issue 6), the plugin's PCI address
-# and dma-buf export (GPUDirect RDMA, issue 7), the collective matrix on
+# and dma-buf export (GPUDirect RDMA, issue 7), registered device memory (cuMem windows,
+# issue 38), the collective matrix on
 # device buffers with the real plugin (2 and 4 ranks on one GPU, CUDA IPC and staging
 # paths), the mismatch check, chorus-bench -G next to --backend nccl, and last the host
 # unit tests; then a summary with every number the closing note needs. Without a device
@@ -194,6 +195,14 @@ main() {
         step "gpu_ipc_arena n=$n" 90 "$RUN" -n "$n" --timeout 85 -- "$BUILD/tests/gpu_ipc_arena"
         grep -E 'passed|failed|FAIL' "$STEP_LOG" | head -n 4 | sed 's/^/     /'
     done
+
+    # Registered device memory (issue 38): cuMem windows exported as POSIX descriptors and
+    # mapped by every peer, then the same on a window whose owner exited.
+    step "gpu_dev_win n=2" 60 "$RUN" -n 2 --timeout 55 -- "$BUILD/tests/gpu_dev_win"
+    grep -E 'failure|FAIL|skipped' "$STEP_LOG" | head -n 4 | sed 's/^/     /'
+    step "gpu_dev_win n=2 --owner-dies" 60 "$RUN" -n 2 --timeout 55 -- \
+        "$BUILD/tests/gpu_dev_win" --owner-dies
+    grep -E 'failure|FAIL|skipped' "$STEP_LOG" | head -n 4 | sed 's/^/     /'
 
     # chorus-bench -G, Chorus and NCCL on the same sizes, 2 and 4 ranks on the one GPU.
     # NCCL refuses two ranks on one GPU ("Duplicate GPU detected", ncclInvalidUsage), so on

@@ -13,12 +13,15 @@
  *     works afterwards (the next alloc and an allreduce on it succeed);
  *   - chorus_mem_stats counts a collective that read every peer's window (on 2 or more
  *     ranks with the arena), and an allreduce whose buffers are not registered adds nothing;
+ *   - without a GPU, chorus_mem_alloc_device is CHORUS_ERR_UNSUPPORTED naming the call;
  *   - chorus_algorithm_predict_buffers costs registered buffers where the arena reads them in
  *     place, and only there.
  *
  * Exits 0 when all held, 1 otherwise (each failure printed).
  */
 #include "mp/mp_common.h"
+
+#include "gpu/gpu.h"
 
 static int g_rank, g_fail; /* mp_common.h's CHECK */
 
@@ -127,6 +130,14 @@ int main(void)
               a_ip);
         CHECK(ring_reg == ring, "ring allgather predicted %.1f us registered, %.1f plain",
               ring_reg, ring);
+    }
+    if (chorus__gpu_state() != CHORUS_GPU_READY) {
+        /* Registered device memory needs a GPU: without one, the named refusal (with one,
+         * tests/gpu/dev_win.c tests it). */
+        void *d = (void *)1;
+        expect_err(rank, chorus_mem_alloc_device(comm, 4096, &d), CHORUS_ERR_UNSUPPORTED,
+                   "mem_alloc_device", __LINE__);
+        CHECK(d == NULL, "a refused mem_alloc_device left *ptr_p at %p", d);
     }
     expect_err(rank, chorus_mem_free(comm, (char *)a + 64), CHORUS_ERR_INVALID_ARGUMENT,
                "mem_free", __LINE__);

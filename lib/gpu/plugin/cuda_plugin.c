@@ -16,6 +16,7 @@
  * CHORUS_ERR_INVALID_ARGUMENT or CHORUS_ERR_SYSTEM. Nothing here prints.
  */
 #include "gpu/gpu.h"
+#include "gpu/plugin/cuda_int.h"
 
 #include "reduce_cuda_ops.h"
 
@@ -75,6 +76,16 @@ static const char *cu_last_error(void)
     return cu_err;
 }
 
+chorus_status_t chorus__cu_set_error(chorus_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(cu_err, sizeof cu_err, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
 /* ---- Driver entry points (stream_wait_flag) ---- */
 
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
@@ -84,7 +95,7 @@ static PFN_cuDeviceGetAttribute_v2000 drv_device_attr;
 static PFN_cuGetErrorName_v6000 drv_error_name;
 static PFN_cuMemGetHandleForAddressRange_v11070 drv_get_handle_range;
 
-static void *drv_symbol(const char *name, unsigned version)
+void *chorus__cu_drv_symbol(const char *name, unsigned version)
 {
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     void *fn = NULL;
@@ -100,11 +111,13 @@ static void *drv_symbol(const char *name, unsigned version)
 
 static void drv_load(void)
 {
-    drv_wait_value64 = (PFN_cuStreamWaitValue64_v11070)drv_symbol("cuStreamWaitValue64", 11070);
-    drv_device_get = (PFN_cuDeviceGet_v2000)drv_symbol("cuDeviceGet", 2000);
-    drv_device_attr = (PFN_cuDeviceGetAttribute_v2000)drv_symbol("cuDeviceGetAttribute", 2000);
-    drv_error_name = (PFN_cuGetErrorName_v6000)drv_symbol("cuGetErrorName", 6000);
-    drv_get_handle_range = (PFN_cuMemGetHandleForAddressRange_v11070)drv_symbol(
+    drv_wait_value64 =
+        (PFN_cuStreamWaitValue64_v11070)chorus__cu_drv_symbol("cuStreamWaitValue64", 11070);
+    drv_device_get = (PFN_cuDeviceGet_v2000)chorus__cu_drv_symbol("cuDeviceGet", 2000);
+    drv_device_attr =
+        (PFN_cuDeviceGetAttribute_v2000)chorus__cu_drv_symbol("cuDeviceGetAttribute", 2000);
+    drv_error_name = (PFN_cuGetErrorName_v6000)chorus__cu_drv_symbol("cuGetErrorName", 6000);
+    drv_get_handle_range = (PFN_cuMemGetHandleForAddressRange_v11070)chorus__cu_drv_symbol(
         "cuMemGetHandleForAddressRange", 11070);
 }
 
@@ -699,6 +712,19 @@ static chorus_status_t cu_dmabuf_export(const void *p, size_t bytes, int *fd_p,
     return CHORUS_SUCCESS;
 }
 
+chorus_status_t chorus__cu_drv_fail(const char *call, CUresult r)
+{
+    const char *name = NULL;
+
+    pthread_once(&drv_once, drv_load);
+    if (drv_error_name == NULL || drv_error_name(r, &name) != CUDA_SUCCESS) name = NULL;
+    snprintf(cu_err, sizeof cu_err, "%s: %s (CUresult %d)", call, name != NULL ? name : "?",
+             (int)r);
+    return r == CUDA_ERROR_NOT_SUPPORTED ? CHORUS_ERR_UNSUPPORTED
+           : r == CUDA_ERROR_INVALID_VALUE ? CHORUS_ERR_INVALID_ARGUMENT
+                                           : CHORUS_ERR_SYSTEM;
+}
+
 /* ---- The table ---- */
 
 static const chorus_gpu_ops_t cu_ops = {
@@ -732,6 +758,10 @@ static const chorus_gpu_ops_t cu_ops = {
     .ipc_close = cu_ipc_close,
     .pci_bus_id = cu_pci_bus_id,
     .dmabuf_export = cu_dmabuf_export,
+    .vmm_alloc = chorus__cu_vmm_alloc,
+    .vmm_import = chorus__cu_vmm_import,
+    .vmm_free = chorus__cu_vmm_free,
+    .multicast_supported = chorus__cu_multicast_supported,
 };
 
 const chorus_gpu_ops_t *chorus_gpu_plugin(int abi) __attribute__((visibility("default")));

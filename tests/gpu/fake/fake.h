@@ -50,6 +50,9 @@ chorus_status_t fake_mem_pointer_kind(const void *p, int *is_device_p, int *devi
 chorus_status_t fake_mem_ipc_get_handle(void *base, void *handle);
 chorus_status_t fake_mem_ipc_open(const void *handle, void **p);
 chorus_status_t fake_mem_ipc_close(void *p);
+chorus_status_t fake_mem_vmm_alloc(size_t bytes, void **p, size_t *granted_p, int *fd_p);
+chorus_status_t fake_mem_vmm_import(int fd, size_t bytes, void **p);
+chorus_status_t fake_mem_vmm_free(void *p);
 
 /* A descriptor of the shm segment behind the allocation holding [p, p + bytes) (this
  * process's own device memory only) and p's offset in it: the fake's dma-buf. */

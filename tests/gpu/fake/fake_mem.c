@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,7 +28,12 @@
  * and run after it fails with a message on its stream instead of writing into memory that
  * malloc may have handed out again, or faulting on a worker. The newest
  * FAKE_PINNED_QUARANTINE of them are kept; older ones are unmapped for good. */
-typedef enum { ALLOC_OWN, ALLOC_IPC, ALLOC_PINNED, ALLOC_FREED_PINNED } alloc_kind_t;
+/* ALLOC_VMM: shareable memory from vmm_alloc or vmm_import (cuMem), backed by a memfd
+ * that lives as long as some process maps it. */
+typedef enum { ALLOC_OWN, ALLOC_IPC, ALLOC_PINNED, ALLOC_FREED_PINNED, ALLOC_VMM } alloc_kind_t;
+
+/* cuMemGetAllocationGranularity's usual answer for device memory: 2 MiB. */
+#define FAKE_VMM_GRANULARITY ((size_t)2 << 20)
 
 #define FAKE_PINNED_QUARANTINE 64
 
@@ -246,6 +252,10 @@ chorus_status_t fake_mem_free_device(void *p)
         status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
                             "fake cudaFree: %p was opened with cudaIpcOpenMemHandle: close it "
                             "with cudaIpcCloseMemHandle", p);
+    } else if (a->kind == ALLOC_VMM) {
+        status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                            "fake cudaFree: %p was mapped with cuMemMap (vmm_alloc or "
+                            "vmm_import): unmap it with vmm_free", p);
     } else if ((char *)p != a->addr) {
         status = fake_error(CHORUS_ERR_INVALID_ARGUMENT,
                             "fake cudaFree: %p is %zu bytes inside the allocation at %p, not "
@@ -587,6 +597,114 @@ chorus_status_t fake_mem_dmabuf_export(const void *p, size_t bytes, int *fd_p,
     }
     pthread_rwlock_unlock(&mem_lock);
     if (status == CHORUS_SUCCESS) *fd_p = fd;
+    return status;
+}
+
+/* Maps the memfd fd (map_bytes) at fresh device addresses as ALLOC_VMM; mem_lock held for
+ * writing. */
+static chorus_status_t vmm_map(int fd, size_t map_bytes, const char *what, void **p)
+{
+    alloc_t a;
+    chorus_status_t status = arena_reserve();
+
+    if (status != CHORUS_SUCCESS) return status;
+    memset(&a, 0, sizeof a);
+    a.bytes = a.map_bytes = map_bytes;
+    a.kind = ALLOC_VMM;
+    a.device = fake_current_device();
+    a.owner = getpid();
+    snprintf(a.name, sizeof a.name, "vmm");
+    status = arena_take(map_bytes, what, &a.addr);
+    if (status != CHORUS_SUCCESS) return status;
+    a.backing = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (a.backing == MAP_FAILED)
+        return fake_error(CHORUS_ERR_SYSTEM, "%s: mmap of %zu bytes: %s", what, map_bytes,
+                          strerror(errno));
+    status = insert(&a);
+    if (status != CHORUS_SUCCESS) {
+        munmap(a.backing, map_bytes);
+        return status;
+    }
+    *p = a.addr;
+    return CHORUS_SUCCESS;
+}
+
+chorus_status_t fake_mem_vmm_alloc(size_t bytes, void **p, size_t *granted_p, int *fd_p)
+{
+    size_t granted;
+    chorus_status_t status;
+    int fd, err;
+
+    if (!p || !granted_p || bytes == 0 || bytes > ((size_t)1 << 40))
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT,
+                          "fake cuMemCreate: NULL argument or %zu bytes", bytes);
+    if (fake_ndevices() == 0)
+        return fake_error(CHORUS_ERR_UNSUPPORTED, "fake cuMemCreate: no CUDA-capable device");
+    granted = (bytes + FAKE_VMM_GRANULARITY - 1) / FAKE_VMM_GRANULARITY * FAKE_VMM_GRANULARITY;
+    fd = (int)syscall(SYS_memfd_create, "chorus-fakegpu-vmm", 0);
+    if (fd < 0)
+        return fake_error(CHORUS_ERR_SYSTEM, "fake cuMemCreate: memfd_create: %s",
+                          strerror(errno));
+    err = posix_fallocate(fd, 0, (off_t)granted);
+    if (err != 0) {
+        close(fd);
+        return fake_error(err == ENOSPC ? CHORUS_ERR_NO_MEMORY : CHORUS_ERR_SYSTEM,
+                          "fake cuMemCreate: %zu bytes: %s", granted, strerror(err));
+    }
+    pthread_rwlock_wrlock(&mem_lock);
+    status = vmm_map(fd, granted, "fake cuMemMap", p);
+    if (status == CHORUS_SUCCESS) {
+        alloc_t *a = find(*p);
+        memset(a->backing, 0xff, granted); /* as cudaMalloc: not cleared (segment_create) */
+    }
+    pthread_rwlock_unlock(&mem_lock);
+    if (status != CHORUS_SUCCESS || fd_p == NULL) {
+        close(fd); /* the mapping keeps the memory */
+    } else {
+        *fd_p = fd;
+    }
+    if (status == CHORUS_SUCCESS) *granted_p = granted;
+    return status;
+}
+
+chorus_status_t fake_mem_vmm_import(int fd, size_t bytes, void **p)
+{
+    struct stat st;
+    chorus_status_t status;
+
+    if (!p || fd < 0 || bytes == 0)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT, "fake cuMemImportFromShareableHandle: "
+                          "bad descriptor %d or 0 bytes", fd);
+    if (bytes % FAKE_VMM_GRANULARITY != 0)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT, "fake cuMemMap: %zu bytes is not a "
+                          "multiple of the granularity %zu", bytes, FAKE_VMM_GRANULARITY);
+    /* What CUDA checks of a shareable handle, the fake checks of its memfd: that it is one
+     * and of the size the peer says. */
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != bytes)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT, "fake cuMemImportFromShareableHandle: "
+                          "descriptor %d is not shareable device memory of %zu bytes", fd,
+                          bytes);
+    pthread_rwlock_wrlock(&mem_lock);
+    status = vmm_map(fd, bytes, "fake cuMemMap", p);
+    pthread_rwlock_unlock(&mem_lock);
+    return status;
+}
+
+chorus_status_t fake_mem_vmm_free(void *p)
+{
+    chorus_status_t status = CHORUS_SUCCESS;
+    alloc_t *a;
+
+    pthread_rwlock_wrlock(&mem_lock);
+    a = p ? find(p) : NULL;
+    if (!a || a->kind != ALLOC_VMM || a->addr != (char *)p) {
+        status = fake_error(CHORUS_ERR_INVALID_ARGUMENT, "fake cuMemUnmap: %p is not a pointer "
+                            "from vmm_alloc or vmm_import", p);
+    } else {
+        munmap(a->backing, a->map_bytes);
+        erase(a); /* the device addresses are never handed out again */
+    }
+    pthread_rwlock_unlock(&mem_lock);
     return status;
 }
 

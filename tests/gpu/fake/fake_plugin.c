@@ -587,6 +587,56 @@ static chorus_status_t op_dmabuf_export(const void *p, size_t bytes, int *fd_p,
     return fake_mem_dmabuf_export(p, bytes, fd_p, offset_p);
 }
 
+/* Shareable memory (cuMem): on unless CHORUS_FAKE_GPU_VMM=0, which plays a device that
+ * cannot export POSIX descriptors. */
+static int vmm_ok(void)
+{
+    const char *v = getenv("CHORUS_FAKE_GPU_VMM");
+    return v == NULL || strcmp(v, "0") != 0;
+}
+
+static chorus_status_t op_vmm_alloc(size_t bytes, void **p, size_t *granted_p, int *fd_p)
+{
+    chorus_status_t status = fake_enter();
+
+    if (status != CHORUS_SUCCESS) return status;
+    if (!vmm_ok())
+        return fake_error(CHORUS_ERR_UNSUPPORTED, "fake vmm_alloc: device %d cannot export "
+                          "memory as POSIX file descriptors (CHORUS_FAKE_GPU_VMM=0)",
+                          fake_current_device());
+    return fake_mem_vmm_alloc(bytes, p, granted_p, fd_p);
+}
+
+static chorus_status_t op_vmm_import(int fd, size_t bytes, void **p)
+{
+    chorus_status_t status = fake_enter();
+
+    if (status != CHORUS_SUCCESS) return status;
+    if (!vmm_ok())
+        return fake_error(CHORUS_ERR_UNSUPPORTED, "fake vmm_import: CHORUS_FAKE_GPU_VMM=0");
+    return fake_mem_vmm_import(fd, bytes, p);
+}
+
+static chorus_status_t op_vmm_free(void *p)
+{
+    chorus_status_t status = fake_enter();
+
+    return status != CHORUS_SUCCESS ? status : fake_mem_vmm_free(p);
+}
+
+/* No NVSwitch behind the fake devices. */
+static chorus_status_t op_multicast_supported(int device, int *yes_p)
+{
+    chorus_status_t status = fake_enter();
+
+    if (status != CHORUS_SUCCESS) return status;
+    if (yes_p == NULL || device < 0 || device >= ndevices)
+        return fake_error(CHORUS_ERR_INVALID_ARGUMENT, "fake multicast_supported(%d): bad "
+                          "argument", device);
+    *yes_p = 0;
+    return CHORUS_SUCCESS;
+}
+
 static const chorus_gpu_ops_t fake_ops = {
     .abi_version = CHORUS_GPU_ABI_VERSION,
     .name = "fake",
@@ -618,6 +668,10 @@ static const chorus_gpu_ops_t fake_ops = {
     .ipc_close = op_ipc_close,
     .pci_bus_id = op_pci_bus_id,
     .dmabuf_export = op_dmabuf_export,
+    .vmm_alloc = op_vmm_alloc,
+    .vmm_import = op_vmm_import,
+    .vmm_free = op_vmm_free,
+    .multicast_supported = op_multicast_supported,
 };
 
 const chorus_gpu_ops_t *chorus_gpu_plugin(int abi);
