@@ -93,9 +93,9 @@ void bench_usage(FILE *out)
         "  -G, --device             device buffers (CUDA, through the GPU plugin of Chorus):\n"
         "                           one stream per rank, device CHORUS_LOCAL_RANK modulo the\n"
         "                           device count; exit 77 with 'skipped:' when there is none\n"
-        "  -R, --registered <0/1>   1: host buffers from chorus_mem_alloc (registered memory,\n"
-        "                           read in place by the ranks of the host), as nccl-tests'\n"
-        "                           -R; not with -G yet\n"
+        "  -R, --registered <0/1>   1: buffers from chorus_mem_alloc (with -G,\n"
+        "                           chorus_mem_alloc_device): registered memory, read in\n"
+        "                           place by the ranks of the host, as nccl-tests' -R\n"
         "Chorus options:\n"
         "      --algo ALGO          auto, ring, tree, rd, rabenseifner, swing, bruck, hier,\n"
         "                           arena, pairwise, dissemination: sets CHORUS_ALGO before\n"
@@ -396,9 +396,9 @@ int bench_parse_args(int argc, char **argv, options_t *opt)
         fprintf(stderr, "chorus-bench: --backend nccl needs -G and does not take --algo all\n");
         return -1;
     }
-    if (opt->registered && opt->device) {
-        fprintf(stderr, "chorus-bench: -R 1 registers host memory; device buffers (-G) cannot "
-                "be registered yet\n");
+    if (opt->registered && opt->device && opt->backend == BACKEND_NCCL) {
+        fprintf(stderr, "chorus-bench: -R 1 -G gives Chorus's registered device memory, which "
+                "--backend nccl does not take\n");
         return -1;
     }
     /* On device buffers the nccl-tests default: calls back to back, one synchronisation. */

@@ -116,9 +116,19 @@ void bench_gpu_setup(bench_t *b)
     }
     status = b->gpu->stream_create(&b->stream);
     if (status != CHORUS_SUCCESS) gpu_fail(b, status, "stream_create", 0);
-    status = b->gpu->malloc_device(&b->sendbuf, bytes);
-    if (status == CHORUS_SUCCESS) status = b->gpu->malloc_device(&b->recvbuf, bytes);
-    if (status != CHORUS_SUCCESS) gpu_fail(b, status, "malloc_device", bytes);
+    if (b->opt.registered) {
+        /* -G -R 1: both buffers in one registered device window (collective). */
+        size_t half = (bytes + 4095) / 4096 * 4096;
+        void *win = NULL;
+        status = chorus_mem_alloc_device(b->comm, 2 * half, &win);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_mem_alloc_device", 2 * half);
+        b->sendbuf = win;
+        b->recvbuf = (char *)win + half;
+    } else {
+        status = b->gpu->malloc_device(&b->sendbuf, bytes);
+        if (status == CHORUS_SUCCESS) status = b->gpu->malloc_device(&b->recvbuf, bytes);
+        if (status != CHORUS_SUCCESS) gpu_fail(b, status, "malloc_device", bytes);
+    }
     /* Pinned, so that the copies of the checks are truly asynchronous on a real GPU. */
     status = b->gpu->malloc_host(&b->host_send, bytes);
     if (status == CHORUS_SUCCESS) status = b->gpu->malloc_host(&b->host_recv, bytes);
@@ -149,8 +159,13 @@ void bench_gpu_teardown(bench_t *b)
     }
     if (b->opt.backend == BACKEND_NCCL) bench_nccl_destroy(b);
     /* Nothing is pending (every loop ends with a synchronisation): frees cannot race. */
-    (void)b->gpu->free_device(b->sendbuf);
-    (void)b->gpu->free_device(b->recvbuf);
+    if (b->opt.registered) {
+        chorus_status_t status = chorus_mem_free(b->comm, b->sendbuf);
+        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_mem_free", 0);
+    } else {
+        (void)b->gpu->free_device(b->sendbuf);
+        (void)b->gpu->free_device(b->recvbuf);
+    }
     (void)b->gpu->free_host(b->host_send);
     (void)b->gpu->free_host(b->host_recv);
     (void)b->gpu->stream_destroy(b->stream);

@@ -323,7 +323,8 @@ int main(int argc, char **argv)
             printf("# Registered memory    : rank 0: %llu calls read every peer's buffer in "
                    "place, %.3g GB read from peers' buffers\n", (unsigned long long)calls,
                    (double)bytes / 1e9);
-        bench_membw_report(&b);
+        /* The host memory's bandwidth bounds host calls only. */
+        if (!b.opt.device) bench_membw_report(&b);
     }
     /* After the -R figures, which the files carry too. */
     if (b.rank == 0 && write_reports(&b) != 0) rc = 1;

@@ -6,8 +6,10 @@
 #   2. the bound of each row is what the printed memory bandwidth allows for the path's
 #      reads and writes (recomputed here from the printed M with the table of
 #      bench/README.md, "Registered memory"), and the fraction is busbw / bound;
-#   3. -R 1 with -G is refused; --json records options.registered 1, the reads of peers'
-#      buffers, the memory bandwidth and each row's bound and fraction, as printed.
+#   3. -G -R 1 (on the fake GPU) reads the peers' device windows and prints no host bound,
+#      -G -R 0 prints no -R figures, and --backend nccl refuses -R 1; --json records
+#      options.registered 1, the reads of peers' buffers, the memory bandwidth and each
+#      row's bound and fraction, as printed.
 set -u
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/chorusrun"
@@ -82,10 +84,27 @@ for n in 2 3; do
         >"$out" 2>&1 || fail "allreduce n=$n -R 0 failed"
     ! grep -q "Registered memory\|Memory bandwidth" "$out" || fail "-R 0 printed -R figures"
 done
-if "$BENCH" allreduce -R 1 -G >"$TMP/g" 2>&1; then
-    fail "-R 1 with -G was accepted"
+# -G -R 1 on the fake GPU: buffers in a registered device window, read in place (no host
+# memory bound: it is not the host's memory that moves); -G -R 0 says nothing of it.
+FAKE="$BUILD/lib/libchorus-cuda-fake.so"
+if [ -f "$FAKE" ]; then
+    FAKE=$(cd "$(dirname "$FAKE")" && pwd)/$(basename "$FAKE")
+    for r in 1 0; do
+        CHORUS_CUDA_PLUGIN="$FAKE" "$RUN" -n 2 --timeout 120 -- "$BENCH" allgather -G -R "$r" \
+            -b 64K -e 1M -f 16 -n 5 -w 1 >"$TMP/g$r" 2>&1 || fail "-G -R $r failed: $(tail -3 "$TMP/g$r")"
+        grep -q "Out of bounds values : 0 OK" "$TMP/g$r" || fail "-G -R $r: wrong values"
+    done
+    calls=$(sed -n 's/.*Registered memory *: rank 0: \([0-9]*\) calls.*/\1/p' "$TMP/g1")
+    [ -n "$calls" ] && [ "$calls" -gt 0 ] || fail "-G -R 1: no call read the peers' device windows"
+    ! grep -q "Memory bandwidth" "$TMP/g1" || fail "-G -R 1 printed the host memory's bound"
+    ! grep -q "Registered memory" "$TMP/g0" || fail "-G -R 0 printed -R figures"
 else
-    grep -q "cannot be registered" "$TMP/g" || fail "-R 1 -G: $(cat "$TMP/g")"
+    fail "missing $FAKE (run make)"
+fi
+if "$BENCH" allreduce -R 1 -G --backend nccl >"$TMP/g" 2>&1; then
+    fail "-R 1 -G --backend nccl was accepted"
+else
+    grep -q "does not take" "$TMP/g" || fail "-R 1 -G --backend nccl: $(cat "$TMP/g")"
 fi
 "$RUN" -n 2 --timeout 120 -- "$BENCH" allreduce -b 64K -e 1M -f 16 -n 5 -w 1 -R 1 \
     --json "$TMP/r.json" >"$TMP/j" 2>&1 || fail "--json -R 1 failed"
