@@ -203,6 +203,15 @@ main() {
     step "gpu_dev_win n=2 --owner-dies" 60 "$RUN" -n 2 --timeout 55 -- \
         "$BUILD/tests/gpu_dev_win" --owner-dies
     grep -E 'failure|FAIL|skipped' "$STEP_LOG" | head -n 4 | sed 's/^/     /'
+    # Single copy from the windows against the slots: allgather and allreduce, 2 ranks.
+    for c in allgather allreduce; do
+        for r in 0 1; do
+            step "chorus-bench -G -R $r $c n=2" 60 "$RUN" -n 2 --timeout 55 -- "$CB" "$c" -G \
+                -R "$r" -b 64K -e 64M -f 4 --time-per-size 0.2
+            awk '/Registered memory|Out of bounds/ || (/^\[0\] +[0-9]/ && NF >= 14)' "$STEP_LOG" |
+                sed 's/^\[0\]/    /'
+        done
+    done
 
     # chorus-bench -G, Chorus and NCCL on the same sizes, 2 and 4 ranks on the one GPU.
     # NCCL refuses two ranks on one GPU ("Duplicate GPU detected", ncclInvalidUsage), so on
