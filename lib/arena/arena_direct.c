@@ -181,9 +181,14 @@ static chorus_status_t direct_two_shot(chorus_arena_t *a, const void *send, void
 }
 
 /* A broadcast root that offers its buffer waits for its readers at the end, where the
- * copying path lets it run ahead: below this the wait cost more than the copy saved
- * (2 ranks, 64 KiB: 48.6 us against Open MPI's 6.2, compare.sh -R, 2026-12-05). */
-#define ARENA_WIN_BCAST_MIN ((size_t)256 << 10)
+ * copying path lets it run ahead, so below some size the staged path wins: the window path
+ * from 8 KiB on up to 4 ranks and from 32 KiB above (chorus-bench broadcast -R 1, µs per
+ * call, window against staged, 2026-12-05, 2 cores: 2 ranks 8K 0.45 / 0.82, 32K 1.02 /
+ * 4.51, 128K 2.78 / 17.0; 4 ranks 2K 4.66 / 5.62, 32K 5.97 / 10.3; 8 ranks 8K 12.5 / 9.1,
+ * 32K 12.1 / 13.4, 128K 19.8 / 33.5). An earlier limit of 256 KiB came from a run in
+ * which both ranks shared one core (48.6 us at 64 KiB on 2 ranks; 1.6 us with a core
+ * each). */
+#define ARENA_WIN_BCAST_MIN(n) ((n) > 4 ? (size_t)32 << 10 : (size_t)8 << 10)
 
 chorus_arena_win_path_t chorus__arena_win_path(chorus_coll_t coll, int n, size_t bytes,
                                                int in_place, size_t flat_max)
@@ -201,7 +206,7 @@ chorus_arena_win_path_t chorus__arena_win_path(chorus_coll_t coll, int n, size_t
         return n == 2 || bytes <= one_shot_max ? CHORUS_ARENA_WIN_ONE_SHOT
                                                : CHORUS_ARENA_WIN_TWO_SHOT;
     case CHORUS_COLL_BROADCAST:
-        return bytes >= ARENA_WIN_BCAST_MIN ? CHORUS_ARENA_WIN_READ : CHORUS_ARENA_WIN_NONE;
+        return bytes >= ARENA_WIN_BCAST_MIN(n) ? CHORUS_ARENA_WIN_READ : CHORUS_ARENA_WIN_NONE;
     case CHORUS_COLL_ALLGATHER:
         return bytes > ARENA_INLINE ? CHORUS_ARENA_WIN_READ : CHORUS_ARENA_WIN_NONE;
     case CHORUS_COLL_ALLTOALL:

@@ -396,9 +396,13 @@ static void test_registered_windows(void **state)
                      CHORUS_ARENA_WIN_ONE_SHOT);
     assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLREDUCE, 2, 4096, 0, 4096),
                      CHORUS_ARENA_WIN_NONE);
-    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_BROADCAST, 4, 64u << 10, 0, 0),
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_BROADCAST, 4, 4u << 10, 0, 0),
                      CHORUS_ARENA_WIN_NONE);
-    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_BROADCAST, 4, 256u << 10, 0, 0),
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_BROADCAST, 4, 8u << 10, 0, 0),
+                     CHORUS_ARENA_WIN_READ);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_BROADCAST, 8, 16u << 10, 0, 0),
+                     CHORUS_ARENA_WIN_NONE);
+    assert_int_equal(chorus__arena_win_path(CHORUS_COLL_BROADCAST, 8, 32u << 10, 0, 0),
                      CHORUS_ARENA_WIN_READ);
     assert_int_equal(chorus__arena_win_path(CHORUS_COLL_ALLTOALL, 4, big, 1, 0),
                      CHORUS_ARENA_WIN_NONE);
@@ -423,8 +427,8 @@ static void test_registered_windows(void **state)
                     arena_us(t4, CHORUS_COLL_ALLREDUCE, big, in_place));
         assert_true(arena_us(t4, CHORUS_COLL_ALLTOALL, big, reg | in_place) ==
                     arena_us(t4, CHORUS_COLL_ALLTOALL, big, in_place));
-        assert_true(arena_us(t4, CHORUS_COLL_BROADCAST, 64u << 10, reg) ==
-                    arena_us(t4, CHORUS_COLL_BROADCAST, 64u << 10, 0));
+        assert_true(arena_us(t4, CHORUS_COLL_BROADCAST, 4u << 10, reg) ==
+                    arena_us(t4, CHORUS_COLL_BROADCAST, 4u << 10, 0));
         assert_true(arena_us(t4, CHORUS_COLL_REDUCE, big, reg) ==
                     arena_us(t4, CHORUS_COLL_REDUCE, big, 0));
         assert_true(arena_us(t4, CHORUS_COLL_ALLREDUCE, 4096, reg) ==
