@@ -375,6 +375,10 @@ run_mp() {
     matrix 2 shm arena -- --registered all --registered-bytes 268435456 --large 9000003 \
         --large-colls allreduce --colls allreduce --counts 1
     full && matrix 8 shm arena -- --registered even --large 400003
+    # The rest of 1-8 ranks (issue 38, acceptance 3), every rank registered.
+    for n in 1 $(full && echo 5 6 7); do
+        matrix "$n" shm arena -- --registered all --large 400003
+    done
     full && matrix 8 shm arena CHORUS_WIN_ONESHOT_MAX=0 -- --registered all --large 400003
     for n in 1 3; do
         run_test "mp/mem_errors n=$n" env CHORUS_TIMEOUT=20 "$CHORUSRUN" -n "$n" --timeout 60 \
