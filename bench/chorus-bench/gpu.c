@@ -92,6 +92,23 @@ static void copy(bench_t *b, void *dst, const void *src, size_t bytes)
     if (status != CHORUS_SUCCESS) gpu_fail(b, status, "memcpy_async", bytes);
 }
 
+/* -R 1: both buffers in one registered window of bytes each, from alloc (chorus_mem_alloc,
+ * or chorus_mem_alloc_device with -G; collective); returns the window's size.
+ * chorus_mem_free of sendbuf frees both. */
+static size_t registered_pair(bench_t *b,
+                              chorus_status_t (*alloc)(chorus_comm_t, size_t, void **),
+                              const char *what, size_t bytes)
+{
+    size_t half = (bytes + 4095) / 4096 * 4096;
+    void *win = NULL;
+    chorus_status_t status = alloc(b->comm, 2 * half, &win);
+
+    if (status != CHORUS_SUCCESS) bench_fail(b, status, what, 2 * half);
+    b->sendbuf = win;
+    b->recvbuf = (char *)win + half;
+    return 2 * half;
+}
+
 void bench_gpu_setup(bench_t *b)
 {
     /* Both buffers hold the largest size; sizes are rounded down to whole elements. */
@@ -99,14 +116,8 @@ void bench_gpu_setup(bench_t *b)
     chorus_status_t status;
 
     if (b->gpu == NULL && b->opt.registered) {
-        /* -R 1: both buffers in one window of registered memory (collective). */
-        size_t half = (bytes + 4095) / 4096 * 4096;
-        void *win = NULL;
-        status = chorus_mem_alloc(b->comm, 2 * half, &win);
-        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_mem_alloc", 2 * half);
-        memset(win, 0, 2 * half);
-        b->sendbuf = win;
-        b->recvbuf = (char *)win + half;
+        size_t total = registered_pair(b, chorus_mem_alloc, "chorus_mem_alloc", bytes);
+        memset(b->sendbuf, 0, total);
         return;
     }
     if (b->gpu == NULL) {
@@ -117,13 +128,7 @@ void bench_gpu_setup(bench_t *b)
     status = b->gpu->stream_create(&b->stream);
     if (status != CHORUS_SUCCESS) gpu_fail(b, status, "stream_create", 0);
     if (b->opt.registered) {
-        /* -G -R 1: both buffers in one registered device window (collective). */
-        size_t half = (bytes + 4095) / 4096 * 4096;
-        void *win = NULL;
-        status = chorus_mem_alloc_device(b->comm, 2 * half, &win);
-        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_mem_alloc_device", 2 * half);
-        b->sendbuf = win;
-        b->recvbuf = (char *)win + half;
+        (void)registered_pair(b, chorus_mem_alloc_device, "chorus_mem_alloc_device", bytes);
     } else {
         status = b->gpu->malloc_device(&b->sendbuf, bytes);
         if (status == CHORUS_SUCCESS) status = b->gpu->malloc_device(&b->recvbuf, bytes);
@@ -147,22 +152,19 @@ void bench_gpu_setup(bench_t *b)
 
 void bench_gpu_teardown(bench_t *b)
 {
-    if (b->gpu == NULL && b->opt.registered) {
-        chorus_status_t status = chorus_mem_free(b->comm, b->sendbuf);
-        if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_mem_free", 0);
-        return;
-    }
-    if (b->gpu == NULL) {
-        free(b->sendbuf);
-        free(b->recvbuf);
-        return;
-    }
     if (b->opt.backend == BACKEND_NCCL) bench_nccl_destroy(b);
     /* Nothing is pending (every loop ends with a synchronisation): frees cannot race. */
     if (b->opt.registered) {
         chorus_status_t status = chorus_mem_free(b->comm, b->sendbuf);
         if (status != CHORUS_SUCCESS) bench_fail(b, status, "chorus_mem_free", 0);
-    } else {
+    }
+    if (b->gpu == NULL) {
+        if (b->opt.registered) return;
+        free(b->sendbuf);
+        free(b->recvbuf);
+        return;
+    }
+    if (!b->opt.registered) {
         (void)b->gpu->free_device(b->sendbuf);
         (void)b->gpu->free_device(b->recvbuf);
     }

@@ -483,9 +483,9 @@ static chorus_status_t ipc_win_move(chorus_ipc_arena_t *a, const ipc_job_t *j, u
 }
 
 /* The call straight from the peers' windows when every rank it reads offered its send
- * buffer: a first step publishes the offers; then each rank copies or reduces from the peers' windows
- * into its receive buffer, and a last step, once its stream has finished reading, lets every
- * owner's caller reuse its buffer. Returns 1 with *status_p when it ran the call (or
+ * buffer: a first step publishes the offers; then each rank copies or reduces from the
+ * peers' windows into its receive buffer, and a last step, once its stream has finished
+ * reading, lets every owner's caller reuse its buffer. Returns 1 with *status_p when it ran the call (or
  * failed), 0 when the slot path must run it: every rank reaches the same answer from the
  * same offers. */
 static int ipc_win(chorus_ipc_arena_t *a, const ipc_job_t *j, chorus_dev_wins_t *wins,

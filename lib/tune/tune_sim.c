@@ -116,22 +116,6 @@ chorus_status_t chorus__tune_fabric_desc(const chorus_tune_params_t *p,
     return CHORUS_SUCCESS;
 }
 
-/* The arena, from its structure (lib/arena/arena.h). Allreduce: the flat path publishes
- * each vector and every rank reduces all of them; the staged path copies in, reduces its
- * own slice reading every slot and copies out, with three synchronisations per chunk. The
- * others (arena_coll.c) write what peers need into their slot once and read what they need
- * straight out of the others' slots, one synchronisation per chunk:
- *   allgather       write B, copy n B out          reduce_scatter  write (n - 1) B, reduce n B
- *   broadcast       the root writes B, each copies  alltoall        write (n - 1) B, copy n B
- *   reduce          n - 1 write B, the root reduces barrier         a synchronisation alone
- * (B: the call's count in bytes per part.) With a core per rank its copies run at the plain
- * kernel rates (raw_*), slowed by memory once the callers' buffers leave the last-level
- * cache (mem). With more ranks than cores, every synchronisation is a context switch and
- * the ranks evict each other's caches on each one; the effective rates fitted to shm
- * point-to-point runs describe that, and the arena's own working set (a chunk per rank)
- * stays small, so mem does not apply. The allreduce terms were fitted against chorus-bench
- * --algo all at 2 and 4 ranks on the 2-core development machine (within 20% from 8 KiB to
- * 32 MiB); the others reuse those rates with their own byte counts. */
 /* The work (microseconds of all ranks' copies and reductions together) of a collective
  * whose buffers lie in registered windows on every rank, or -1 where it takes the plain
  * buffers' path (chorus__arena_win_path). Nothing goes through the slots: each rank reads
@@ -142,8 +126,10 @@ chorus_status_t chorus__tune_fabric_desc(const chorus_tune_params_t *p,
  *   allreduce       one-shot: reduce n vectors of B; two-shot: reduce n sources of B / n
  *                   and copy the other (n - 1) B / n; in place on 2 ranks, one-shot in
  *                   chunks that are copied back
- * (per rank; B as in tune_arena). The rates are the staged path's: nothing is fitted to
- * the window paths, which bench/sim/validate_registered.sh judges against measurement. */
+ * (per rank; B as in tune_arena). cpy and red are the kernel rates (raw_*) even on an
+ * oversubscribed host, since a rank reads its peers in one pass between those few
+ * synchronisations; nothing is fitted to the window paths, which
+ * bench/sim/validate_registered.sh judges against measurement. */
 static double tune_arena_windows(const chorus_tune_topo_t *t, chorus_coll_t coll, double bytes,
                                  double cpy, double red, unsigned how, int *nsync_p)
 {
@@ -169,6 +155,22 @@ static double tune_arena_windows(const chorus_tune_topo_t *t, chorus_coll_t coll
     }
 }
 
+/* The arena, from its structure (lib/arena/arena.h). Allreduce: the flat path publishes
+ * each vector and every rank reduces all of them; the staged path copies in, reduces its
+ * own slice reading every slot and copies out, with three synchronisations per chunk. The
+ * others (arena_coll.c) write what peers need into their slot once and read what they need
+ * straight out of the others' slots, one synchronisation per chunk:
+ *   allgather       write B, copy n B out          reduce_scatter  write (n - 1) B, reduce n B
+ *   broadcast       the root writes B, each copies  alltoall        write (n - 1) B, copy n B
+ *   reduce          n - 1 write B, the root reduces barrier         a synchronisation alone
+ * (B: the call's count in bytes per part.) With a core per rank its copies run at the plain
+ * kernel rates (raw_*), slowed by memory once the callers' buffers leave the last-level
+ * cache (mem). With more ranks than cores, every synchronisation is a context switch and
+ * the ranks evict each other's caches on each one; the effective rates fitted to shm
+ * point-to-point runs describe that, and the arena's own working set (a chunk per rank)
+ * stays small, so mem does not apply. The allreduce terms were fitted against chorus-bench
+ * --algo all at 2 and 4 ranks on the 2-core development machine (within 20% from 8 KiB to
+ * 32 MiB); the others reuse those rates with their own byte counts. */
 static double tune_arena(const chorus_tune_params_t *p, const chorus_tune_topo_t *t,
                          chorus_coll_t coll, double bytes, double gamma_scale, double mem,
                          unsigned how)
@@ -302,7 +304,8 @@ chorus_status_t chorus__tune_simulate(const chorus_tune_params_t *p, const choru
         double gamma_scale = dtype == CHORUS_FLOAT16 || dtype == CHORUS_BFLOAT16 ? 3.0 : 1.0;
         double bytes = (double)count * (double)esize;
         double mem = chorus__sim_cache_factor(&d, bytes, topo->nlocal);
-        double us = topo->has_arena ? tune_arena(p, topo, coll, bytes, gamma_scale, mem, how) : -1.0;
+        double us =
+            topo->has_arena ? tune_arena(p, topo, coll, bytes, gamma_scale, mem, how) : -1.0;
         free(place);
         if (us < 0.0) return CHORUS_ERR_UNSUPPORTED;
         *us_p = us;

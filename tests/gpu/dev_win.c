@@ -273,7 +273,8 @@ int main(int argc, char **argv)
             uint64_t calls0 = 0, calls1 = 0;
             OK(chorus_mem_stats(comm, &calls0, NULL));
             for (int k = 0; k < ROUNDS; k++) {
-                for (int i = 0; i < CNT; i++) h[k * CNT + i] = (uint32_t)(k * 100000 + rank * 1000 + i);
+                for (int i = 0; i < CNT; i++)
+                    h[k * CNT + i] = (uint32_t)(k * 100000 + rank * 1000 + i);
                 OK(G->memcpy_async(a, h + (size_t)k * CNT, CNT * sizeof *h, g_stream));
                 OK(chorus_allgather(a, res + (size_t)k * n * CNT * sizeof *h, CNT, CHORUS_UINT32,
                                     comm, g_stream));

@@ -265,7 +265,8 @@ chorus_status_t chorus__cu_multicast_supported(int device, int *yes_p)
     pthread_once(&drv_once, vmm_load);
     if (drv.device_get == NULL || drv.device_attr == NULL) return CHORUS_SUCCESS;
     r = drv.device_get(&cudev, device);
-    if (r == CUDA_SUCCESS) r = drv.device_attr(&can, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, cudev);
+    if (r == CUDA_SUCCESS)
+        r = drv.device_attr(&can, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, cudev);
     if (r != CUDA_SUCCESS) return chorus__cu_drv_fail("cuDeviceGetAttribute", r);
     *yes_p = can != 0;
     return CHORUS_SUCCESS;
